@@ -1,0 +1,1 @@
+"""How traffic is forwarded: HTTP through a lean pooled client, WebSockets (see README.md)."""

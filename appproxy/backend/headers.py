@@ -1,0 +1,120 @@
+"""Header hygiene at both edges of a hop (RFC 9110 section 7.6.1).
+
+Hop-by-hop headers, and every header a ``Connection`` header names, belong to one
+connection and are dropped in both directions. Towards the app, the proxy also drops its
+own credentials (its cookie, through ``cookie_filter``; a jobgate Bearer key), any
+``X-Forwarded-*`` it did not vouch for, and ``Expect`` (the client has been answered
+already); then it states where the request came from with
+``X-Forwarded-For/-Proto/-Host/-Prefix`` and sends the public ``Host`` (code-server
+compares it with the browser's ``Origin``).
+
+    >>> response_headers([(b"Connection", b"close, X-Trace"), (b"X-Trace", b"1"),
+    ...                   (b"Content-Type", b"text/plain")])
+    [(b'content-type', b'text/plain')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["HOP_BY_HOP", "Forwarding", "request_headers", "response_headers"]
+
+HOP_BY_HOP: Final = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+# Replaced by the proxy's own values, or meaningless past the proxy.
+_REQUEST_DROP: Final = HOP_BY_HOP | {
+    b"host",
+    b"expect",
+    b"forwarded",
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-forwarded-host",
+    b"x-forwarded-prefix",
+    b"x-forwarded-port",
+    b"x-real-ip",
+}
+# The WebSocket handshake is redone by the client library towards the app.
+_WEBSOCKET_DROP: Final = _REQUEST_DROP | {
+    b"sec-websocket-key",
+    b"sec-websocket-version",
+    b"sec-websocket-extensions",
+    b"sec-websocket-protocol",
+    b"sec-websocket-accept",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """What the app is told about the original request."""
+
+    host: str  # the public host, as the browser sent it
+    proto: str  # "http" or "https"
+    client_chain: str  # X-Forwarded-For value
+    prefix: str  # "/s/{session}/{app}", "" in subdomain mode
+
+
+def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """The header names listed in ``Connection`` headers, lower case."""
+    names: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            names.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return frozenset(names)
+
+
+def request_headers(
+    headers: Iterable[tuple[bytes, bytes]],
+    forwarding: Forwarding,
+    *,
+    hide_authorization: bool,
+    cookie_filter: Callable[[bytes], bytes | None] | None = None,
+    websocket: bool = False,
+) -> list[tuple[bytes, bytes]]:
+    """The headers to send to the app (ASGI request header names are lower case).
+
+    ``cookie_filter`` rewrites each ``Cookie`` header (None drops it): the frontend
+    passes the function that removes its own cookie.
+    """
+    headers = list(headers)
+    drop = _WEBSOCKET_DROP if websocket else _REQUEST_DROP
+    named = connection_tokens(headers)
+    out: list[tuple[bytes, bytes]] = []
+    if forwarding.host:
+        out.append((b"host", forwarding.host.encode("latin-1")))
+    for name, value in headers:
+        if name in drop or name in named:
+            continue
+        if name == b"cookie" and cookie_filter is not None:
+            kept = cookie_filter(value)
+            if kept is None:
+                continue
+            value = kept
+        elif name == b"authorization" and hide_authorization:
+            continue
+        out.append((name, value))
+    out.append((b"x-forwarded-for", forwarding.client_chain.encode("latin-1")))
+    out.append((b"x-forwarded-proto", forwarding.proto.encode("latin-1")))
+    out.append((b"x-forwarded-host", forwarding.host.encode("latin-1")))
+    if forwarding.prefix:
+        out.append((b"x-forwarded-prefix", forwarding.prefix.encode("latin-1")))
+    return out
+
+
+def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The app's response headers without hop-by-hop ones, names lower-cased for ASGI."""
+    lowered = [(name.lower(), value) for name, value in raw]
+    named = connection_tokens(lowered)
+    return [(n, v) for n, v in lowered if n not in HOP_BY_HOP and n not in named]

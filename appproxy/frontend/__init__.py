@@ -1,0 +1,1 @@
+"""How traffic arrives: addressing, authentication, the session gate (see README.md)."""

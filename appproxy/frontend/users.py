@@ -1,0 +1,125 @@
+"""Who holds a jobgate API key: asks the gateway (``GET /v1/users/me``) and remembers briefly.
+
+The gateway answers 200 with ``{"id", "name", "role"}`` for a valid key and 401
+otherwise. Answers are cached for ``ttl`` seconds (refusals for at most 5 s) under a
+SHA-256 digest of the key, so the key itself is kept nowhere and logged nowhere;
+concurrent look-ups of one key share a single call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+
+__all__ = ["GatewayUnavailable", "User", "UserDirectory"]
+
+log = logging.getLogger(__name__)
+
+_NEGATIVE_TTL: Final = 5.0
+
+
+class GatewayUnavailable(Exception):
+    """The gateway could not say whether a key is valid (down, slow, or odd answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: str
+    name: str
+    role: str
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "admin"
+
+
+class UserDirectory:
+    """Bearer key -> :class:`User` (or None for a key the gateway refuses)."""
+
+    def __init__(
+        self,
+        gateway_url: str,
+        *,
+        ttl: float = 30.0,
+        max_entries: int = 10_000,
+        timeout: float = 5.0,
+    ) -> None:
+        self._url = gateway_url.rstrip("/") + "/v1/users/me"
+        self._ttl = ttl
+        self._max = max_entries
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._cache: OrderedDict[str, tuple[float, User | None]] = OrderedDict()
+        self._pending: dict[str, asyncio.Task[User | None]] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar()
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def lookup(self, key: str) -> User | None:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        cached = self._cache.get(digest)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        task = self._pending.get(digest)
+        if task is None:
+            # A task of its own, so a caller that goes away does not cancel the others' answer.
+            task = asyncio.create_task(self._ask(key, digest))
+            task.add_done_callback(_retrieve)
+            self._pending[digest] = task
+        return await asyncio.shield(task)
+
+    def _remember(self, digest: str, user: User | None) -> None:
+        ttl = self._ttl if user is not None else min(self._ttl, _NEGATIVE_TTL)
+        if ttl <= 0:
+            return
+        self._cache[digest] = (time.monotonic() + ttl, user)
+        self._cache.move_to_end(digest)
+        while len(self._cache) > self._max:
+            self._cache.popitem(last=False)
+
+    async def _ask(self, key: str, digest: str) -> User | None:
+        try:
+            user = await self._ask_gateway(key)
+        finally:
+            del self._pending[digest]
+        self._remember(digest, user)
+        return user
+
+    async def _ask_gateway(self, key: str) -> User | None:
+        if self._session is None:
+            raise RuntimeError("UserDirectory.start() was not called")
+        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+        try:
+            async with self._session.get(self._url, headers=headers) as resp:
+                if resp.status == 401:
+                    return None
+                if resp.status != 200:
+                    raise GatewayUnavailable(f"gateway answered {resp.status} for /v1/users/me")
+                body: Any = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.warning("cannot check an API key with the gateway: %s", type(exc).__name__)
+            raise GatewayUnavailable("gateway unreachable") from exc
+        try:
+            return User(id=str(body["id"]), name=str(body.get("name", "")), role=str(body["role"]))
+        except (KeyError, TypeError) as exc:
+            raise GatewayUnavailable("gateway's /v1/users/me answer lacks id or role") from exc
+
+
+def _retrieve(task: asyncio.Task[User | None]) -> None:
+    """Mark a failed look-up's exception as seen even if every caller went away."""
+    if not task.cancelled():
+        task.exception()

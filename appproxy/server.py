@@ -1,0 +1,235 @@
+"""Assembling and running the proxy: :func:`create_app` for tests, :func:`serve` for ``jobgate``.
+
+    ProxyApp (lifespan: start/stop everything below)
+      └─ SessionGate ── /_jobgate/* ─▶ InternalEndpoints (healthz, metrics)
+            ├─ Authenticator ─ UserDirectory (gateway /v1/users/me), Redis (one-time tokens)
+            ├─ RouteStore (Redis + cache, pub/sub task)
+            ├─ HttpForwarder ─ ConnectionPool (lean HTTP/1.1 client, keep-alive)
+            ├─ WebSocketForwarder ─ aiohttp session
+            └─ EndpointCounters ─ ActivityRecorder (Redis, flush task)
+
+uvicorn runs it with uvloop and httptools when installed, without its own ``server`` and
+``date`` headers (the app's pass through), with its access log off unless asked for,
+and then with link tokens redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import re
+import signal
+import socket
+from typing import Any, Final
+
+import aiohttp
+import uvicorn
+from redis.asyncio import Redis
+
+from appproxy.activity import ActivityRecorder
+from appproxy.asgi import Receive, Scope, Send
+from appproxy.backend.client import ConnectionPool
+from appproxy.backend.http import HttpForwarder
+from appproxy.backend.websocket import WebSocketForwarder
+from appproxy.frontend.auth import Authenticator
+from appproxy.frontend.gate import SessionGate
+from appproxy.frontend.incoming import TrustedNetworks
+from appproxy.frontend.users import UserDirectory
+from appproxy.internal import InternalEndpoints
+from appproxy.metrics import ProxyMetrics
+from appproxy.routes import RouteStore
+from appproxy.settings import ProxySettings
+
+__all__ = ["ProxyApp", "RedactTokens", "create_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+# aiohttp adds these unless told not to; the client's own values (or none) go through.
+_NO_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+
+
+class ProxyApp:
+    """The ASGI application; everything it needs is created at startup, in the server's loop."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.gate: SessionGate | None = None
+        self.routes: RouteStore | None = None
+        self.activity: ActivityRecorder | None = None
+        self.metrics: ProxyMetrics | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if self.gate is None:
+            raise RuntimeError("the proxy has not started: run it with the ASGI lifespan on")
+        await self.gate(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": repr(exc)})
+                    raise
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        s = self.settings
+        stack = contextlib.AsyncExitStack()
+        self._stack = stack
+        redis = Redis.from_url(s.redis_url, health_check_interval=30)
+        stack.push_async_callback(redis.aclose)
+        pool = ConnectionPool(
+            connect_timeout=s.proxy_upstream_connect_timeout,
+            read_timeout=s.proxy_upstream_read_timeout,
+            max_idle_per_origin=s.proxy_upstream_pool_size,
+        )
+        stack.callback(pool.close)
+        session = aiohttp.ClientSession(  # for WebSockets
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=s.proxy_upstream_connect_timeout,
+                sock_read=s.proxy_upstream_read_timeout,
+            ),
+            cookie_jar=aiohttp.DummyCookieJar(),  # never keep one user's cookies for another
+            auto_decompress=False,
+            skip_auto_headers=_NO_AUTO_HEADERS,
+            trust_env=False,
+            max_line_size=65536,
+            max_field_size=65536,
+        )
+        stack.push_async_callback(session.close)
+        users = UserDirectory(s.gateway_url, ttl=s.proxy_user_cache_ttl)
+        await users.start()
+        stack.push_async_callback(users.close)
+        self.routes = routes = RouteStore(
+            redis, max_entries=s.proxy_route_cache_size, ttl=s.proxy_route_cache_ttl
+        )
+        self.activity = activity = ActivityRecorder(redis, interval=s.proxy_activity_interval)
+        self.metrics = metrics = ProxyMetrics(activity.touch)
+        for job in (routes.run(), activity.run()):
+            stack.push_async_callback(_cancel, asyncio.create_task(job))
+        auth = Authenticator(
+            secret=s.proxy_secret.get_secret_value(),
+            users=users,
+            redis=redis,
+            cookie_lifetime=s.proxy_cookie_lifetime,
+            always_secure=s.secure_public_url,
+        )
+        internal = InternalEndpoints(
+            redis=redis,
+            routes=routes,
+            metrics=metrics,
+            metrics_allow=TrustedNetworks(s.proxy_metrics_allow),
+        )
+        self.gate = SessionGate(
+            routes=routes,
+            auth=auth,
+            http=HttpForwarder(pool),
+            websocket=WebSocketForwarder(session, max_size=s.proxy_ws_max_size),
+            counters=metrics.counters,
+            trusted=TrustedNetworks(s.proxy_trusted_proxies),
+            base_domain=s.proxy_base_domain,
+            internal=internal,
+        )
+
+    async def shutdown(self) -> None:
+        self.gate = None
+        if self._stack is not None:
+            await self._stack.aclose()
+            self._stack = None
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def create_app(settings: ProxySettings) -> ProxyApp:
+    return ProxyApp(settings)
+
+
+class RedactTokens(logging.Filter):
+    """Replaces link tokens in log records (uvicorn's access log prints full URLs)."""
+
+    _TOKEN = re.compile(r"(jobgate_token=)[^&\s\"]+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                self._TOKEN.sub(r"\1[redacted]", a) if isinstance(a, str) else a
+                for a in record.args
+            )
+        if isinstance(record.msg, str):
+            record.msg = self._TOKEN.sub(r"\1[redacted]", record.msg)
+        return True
+
+
+def uvicorn_config(settings: ProxySettings, **overrides: Any) -> uvicorn.Config:
+    """uvicorn settings for the proxy; ``overrides`` are for tests and benchmarks."""
+    options: dict[str, Any] = {
+        "host": settings.proxy_host,
+        "port": settings.proxy_port,
+        "lifespan": "on",
+        "server_header": False,
+        "date_header": False,
+        "proxy_headers": False,
+        "access_log": settings.proxy_access_log,
+        "ws_max_size": settings.proxy_ws_max_size,
+        "log_level": "info",
+    }
+    options.update(overrides)
+    config = uvicorn.Config(create_app(settings), **options)
+    # uvicorn configured its loggers just now: the filter goes on after that
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactTokens) for f in access.filters):
+        access.addFilter(RedactTokens())
+    return config
+
+
+def _run_worker(settings: ProxySettings, sock: socket.socket) -> None:
+    uvicorn.Server(uvicorn_config(settings)).run(sockets=[sock])
+
+
+def serve(settings: ProxySettings | None = None) -> None:
+    """Run the proxy until SIGINT/SIGTERM (``jobgate proxy serve`` calls this)."""
+    settings = settings or ProxySettings()
+    if settings.proxy_workers == 1:
+        uvicorn.Server(uvicorn_config(settings)).run()
+        return
+    # Several processes accept on one listening socket, as uvicorn's own workers do.
+    family = socket.AF_INET6 if ":" in settings.proxy_host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.proxy_host, settings.proxy_port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    spawn = multiprocessing.get_context("spawn")
+    workers = [
+        spawn.Process(target=_run_worker, args=(settings, sock), daemon=False)
+        for _ in range(settings.proxy_workers)
+    ]
+    for worker in workers:
+        worker.start()
+
+    def stop(signum: int, frame: object) -> None:
+        for worker in workers:
+            worker.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for worker in workers:
+        worker.join()
+    sock.close()

@@ -1,0 +1,136 @@
+"""RFC 7807 problem responses: domain errors and validation errors mapped at the edge.
+
+Every error body is ``application/problem+json`` with ``type``, ``title``, ``status``,
+``detail`` and, for bad input, the ``field`` at fault (dotted, e.g. ``resources.cpu``)
+and the full list of ``errors``. Unexpected exceptions become a 500 whose body says
+nothing about the internals; the log has the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.domain.errors import Invalid, JobgateError
+
+__all__ = ["BodyLimit", "install", "problem"]
+
+log = logging.getLogger(__name__)
+MEDIA = "application/problem+json"
+
+
+def _slug(title: str) -> str:
+    return title.lower().replace(" ", "-")
+
+
+def problem(status: int, title: str, detail: str, instance: str, **extra: Any) -> JSONResponse:
+    body = {
+        "type": f"urn:jobgate:problem:{_slug(title)}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+        **{k: v for k, v in extra.items() if v is not None},
+    }
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=MEDIA, headers=headers)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+async def _domain(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, JobgateError)
+    field = exc.field if isinstance(exc, Invalid) else None
+    return problem(exc.status, exc.title, exc.detail, request.url.path, field=field, **exc.extra)
+
+
+async def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {"field": _field(tuple(e.get("loc", ()))), "message": _message(e)} for e in exc.errors()
+    ]
+    first = errors[0] if errors else {"field": "body", "message": "invalid"}
+    return problem(
+        422,
+        "Invalid request",
+        f"{first['field']}: {first['message']}",
+        request.url.path,
+        field=first["field"],
+        errors=errors,
+    )
+
+
+def _message(error: dict[str, Any]) -> str:
+    if error.get("type") == "extra_forbidden":
+        return "unknown field"
+    if error.get("type") == "json_invalid":
+        return "the body is not valid JSON"
+    message = str(error.get("msg", "invalid"))
+    return message.removeprefix("Value error, ")
+
+
+async def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    titles = {404: "Not found", 405: "Method not allowed", 413: "Payload too large"}
+    title = titles.get(exc.status_code, "HTTP error")
+    return problem(exc.status_code, title, str(exc.detail), request.url.path)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return problem(500, "Internal error", "the gateway failed; see its log", request.url.path)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(JobgateError, _domain)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+class BodyLimit:
+    """Refuse request bodies over *limit* bytes with a 413 problem.
+
+    A declared Content-Length over the limit is answered before anything is read; a
+    streamed body that grows past it stops the read with an HTTP 413 that the exception
+    handlers render as problem+json like every other error. (FastAPI's own
+    ``max_body_size`` answers in plain text.)
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            detail = f"the body is {int(declared)} bytes; the limit is {self.limit}"
+            response = problem(413, "Payload too large", detail, scope.get("path", ""))
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise StarletteHTTPException(413, f"the body is over {self.limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)

@@ -1,0 +1,91 @@
+"""/v1/images: the image registry - which apps an image serves and how to start them.
+
+An entry overrides the image's own ``jobgate.service-ports`` label. Known app names
+(jupyter, code-server, terminal) get jobgate's start definitions unless given one.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import select
+
+from gateway.api.deps import Admin, CurrentUser, DbSession
+from gateway.api.validation import valid_image_reference
+from gateway.db.models import Image
+from gateway.domain.errors import Invalid, NotFound
+from plugins.runtimes.base import parse_service_ports
+from workers.apps import with_defaults
+
+router = APIRouter(prefix="/v1/images", tags=["images"])
+
+
+class AppDefinition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    port: int = Field(ge=1, le=65535)
+    protocol: str = Field(default="http", pattern="^(http|tcp)$")
+    start: str | None = Field(
+        default=None, max_length=4096, description="command template with {port} and {base_url}"
+    )
+    strip_prefix: bool = False
+
+
+class ImageSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    service_ports: str | None = Field(
+        default=None, description="jupyter:http:8888,code-server:http:8080 (as the label)"
+    )
+    apps: dict[str, AppDefinition] = Field(default_factory=dict)
+
+    @field_validator("service_ports")
+    @classmethod
+    def _ports(cls, value: str | None) -> str | None:
+        if value is not None and value.strip() and not parse_service_ports(value):
+            raise ValueError("not a list of name:protocol:port")
+        return value
+
+
+class ImagePublic(BaseModel):
+    name: str
+    apps: dict[str, AppDefinition]
+
+
+@router.get("", operation_id="images-list", response_model=list[ImagePublic])
+async def list_images(_: CurrentUser, db: DbSession) -> list[ImagePublic]:
+    rows = (await db.execute(select(Image).order_by(Image.name))).scalars()
+    return [
+        ImagePublic(name=r.name, apps={k: AppDefinition(**v) for k, v in r.apps.items()})
+        for r in rows
+    ]
+
+
+@router.put("/{name:path}", operation_id="images-set", response_model=ImagePublic)
+async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> ImagePublic:
+    """Register the apps of an image (``service_ports``, and/or full ``apps`` definitions)."""
+    if not valid_image_reference(name):
+        raise Invalid(f"not an image reference: {name!r}", field="name")
+    apps: dict[str, AppDefinition] = {}
+    for port in parse_service_ports(body.service_ports or ""):
+        app = with_defaults(port)
+        apps[app.name] = AppDefinition(
+            port=app.port, protocol=app.protocol, start=app.start, strip_prefix=app.strip_prefix
+        )
+    apps.update(body.apps)
+    if not apps:
+        raise Invalid("give service_ports or apps", field="apps")
+    async with db.begin():
+        row = await db.get(Image, name)
+        if row is None:
+            row = Image(name=name)
+            db.add(row)
+        row.apps = {k: v.model_dump() for k, v in apps.items()}
+    return ImagePublic(name=name, apps=apps)
+
+
+@router.delete("/{name:path}", operation_id="images-delete", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_image(name: str, _: Admin, db: DbSession) -> None:
+    async with db.begin():
+        row = await db.get(Image, name)
+        if row is None:
+            raise NotFound(f"no registered image {name!r}")
+        await db.delete(row)

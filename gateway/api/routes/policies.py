@@ -1,0 +1,130 @@
+"""/v1/policies: per-user and per-project resource policies (admins).
+
+A policy limits concurrent sessions, pending sessions and total slots. The subject is
+a user or project name, or ``*`` for the default of every user (or project) without a
+policy of its own. Absent limits are unlimited.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import select
+
+from gateway.api.deps import Admin, DbSession
+from gateway.db.models import Project, ResourcePolicy, User
+from gateway.domain.errors import Invalid, NotFound
+from gateway.scheduler.policy import DEFAULT_SUBJECT
+from plugins.resources import InvalidResource, ResourceSlots
+
+router = APIRouter(prefix="/v1/policies", tags=["policies"])
+
+Scope = Literal["user", "project"]
+
+
+class PolicySet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_sessions: int | None = Field(default=None, ge=0, description="running at once")
+    max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
+    max_slots: dict[str, str | int | float] | None = Field(
+        default=None, description='total held, e.g. {"cpu": 16, "mem": "64g"}'
+    )
+
+    @field_validator("max_slots")
+    @classmethod
+    def _slots(
+        cls, value: dict[str, str | int | float] | None
+    ) -> dict[str, str | int | float] | None:
+        if value is None:
+            return None
+        try:
+            slots = ResourceSlots.parse(value)
+        except InvalidResource as exc:
+            raise ValueError(f"{exc.slot}: {exc.message}") from None
+        if len(slots) != len(value):
+            raise ValueError("a slot limit of 0 would block everything; use max_sessions=0")
+        return value
+
+
+class PolicyPublic(BaseModel):
+    scope: Scope
+    subject: str
+    max_sessions: int | None
+    max_pending: int | None
+    max_slots: dict[str, str] | None
+
+
+async def _subject_id(db: DbSession, scope: Scope, subject: str) -> str:
+    if subject == DEFAULT_SUBJECT:
+        return DEFAULT_SUBJECT
+    model = User if scope == "user" else Project
+    found = (await db.execute(select(model.id).where(model.name == subject))).scalar_one_or_none()
+    if found is None:
+        raise NotFound(f"no {scope} {subject!r}")
+    return str(found)
+
+
+async def _names(db: DbSession) -> dict[str, str]:
+    users = {uid: name for uid, name in await db.execute(select(User.id, User.name))}
+    projects = {pid: name for pid, name in await db.execute(select(Project.id, Project.name))}
+    return users | projects | {DEFAULT_SUBJECT: DEFAULT_SUBJECT}
+
+
+def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
+    return PolicyPublic(
+        scope="user" if row.scope == "user" else "project",
+        subject=names.get(row.subject_id, row.subject_id),
+        max_sessions=row.max_sessions,
+        max_pending=row.max_pending,
+        max_slots=dict(row.max_slots) if row.max_slots else None,
+    )
+
+
+@router.get("", operation_id="policies-list", response_model=list[PolicyPublic])
+async def list_policies(_: Admin, db: DbSession) -> list[PolicyPublic]:
+    names = await _names(db)
+    rows = (await db.execute(select(ResourcePolicy).order_by(ResourcePolicy.scope))).scalars()
+    return [_public(r, names) for r in rows]
+
+
+@router.put("/{scope}/{subject}", operation_id="policies-set", response_model=PolicyPublic)
+async def set_policy(
+    scope: Scope, subject: str, body: PolicySet, _: Admin, db: DbSession
+) -> PolicyPublic:
+    """Create or replace the policy of a user or project (``*``: the default)."""
+    async with db.begin():
+        subject_id = await _subject_id(db, scope, subject)
+        row = (
+            await db.execute(
+                select(ResourcePolicy).where(
+                    ResourcePolicy.scope == scope, ResourcePolicy.subject_id == subject_id
+                )
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            row = ResourcePolicy(scope=scope, subject_id=subject_id)
+            db.add(row)
+        row.max_sessions = body.max_sessions
+        row.max_pending = body.max_pending
+        row.max_slots = ResourceSlots.parse(body.max_slots).to_json() if body.max_slots else None
+    return _public(row, {subject_id: subject})
+
+
+@router.delete(
+    "/{scope}/{subject}", operation_id="policies-delete", status_code=status.HTTP_204_NO_CONTENT
+)
+async def delete_policy(scope: Scope, subject: str, _: Admin, db: DbSession) -> None:
+    async with db.begin():
+        subject_id = await _subject_id(db, scope, subject)
+        row = (
+            await db.execute(
+                select(ResourcePolicy).where(
+                    ResourcePolicy.scope == scope, ResourcePolicy.subject_id == subject_id
+                )
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise Invalid(f"{scope} {subject!r} has no policy", field="subject")
+        await db.delete(row)

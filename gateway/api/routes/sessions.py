@@ -1,0 +1,104 @@
+"""/v1/sessions: create, list, get, terminate."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response, status
+
+from gateway.api.deps import CurrentUser, DbSession, State
+from gateway.api.schemas import SessionCreate, SessionList, SessionPublic
+from gateway.apps import last_activity
+from gateway.domain.status import SessionStatus
+from gateway.services.views import get_owned, list_page, render, render_many
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+
+@router.post(
+    "",
+    operation_id="sessions-create",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SessionPublic,
+    responses={200: {"model": SessionPublic, "description": "Idempotency-Key replay"}},
+)
+async def create_session(
+    body: SessionCreate,
+    principal: CurrentUser,
+    state: State,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> SessionPublic:
+    """Queue a session. A repeated ``Idempotency-Key`` returns the first session (200)."""
+    result = await state.sessions.create(principal, body, idempotency_key)
+    if not result.created:
+        response.status_code = status.HTTP_200_OK
+        response.headers["Idempotent-Replayed"] = "true"
+    response.headers["Location"] = f"/v1/sessions/{result.session.id}"
+    if result.view is not None:
+        return result.view
+    async with state.db() as db:
+        return await render(db, result.session)
+
+
+@router.get("", operation_id="sessions-list", response_model=SessionList)
+async def list_sessions(
+    principal: CurrentUser,
+    state: State,
+    db: DbSession,
+    status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
+    type_: Annotated[list[str] | None, Query(alias="type")] = None,
+    id_prefix: Annotated[str | None, Query(max_length=36, pattern=r"^[0-9a-fA-F-]+$")] = None,
+    name: Annotated[str | None, Query(max_length=128)] = None,
+    all_users: Annotated[bool, Query(alias="all", description="admins: every user's")] = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> SessionList:
+    """Newest first; follow ``next_cursor`` for the next page."""
+    rows, next_cursor = await list_page(
+        db,
+        principal,
+        statuses=status_ or (),
+        types=type_ or (),
+        id_prefix=id_prefix,
+        name=name,
+        all_users=all_users,
+        limit=min(limit, state.settings.page_size_max),
+        cursor=cursor,
+    )
+    return SessionList(items=await render_many(db, rows), next_cursor=next_cursor)
+
+
+@router.get("/{session_id}", operation_id="sessions-get", response_model=SessionPublic)
+async def get_session(
+    session_id: str, principal: CurrentUser, state: State, db: DbSession
+) -> SessionPublic:
+    """One session with its kernels, status history and (interactive) idle deadline."""
+    session = await get_owned(db, principal, session_id)
+    view = await render(db, session, history=True)
+    timeout = session.idle_timeout_s or state.settings.idle_timeout_s
+    if session.type == "interactive" and session.status == "RUNNING":
+        view.last_activity_at = await last_activity(state.pool, session.id)
+        since = view.last_activity_at or session.started_at
+        if timeout and since:
+            view.idle_deadline = since + timedelta(seconds=timeout)
+    return view
+
+
+@router.delete(
+    "/{session_id}",
+    operation_id="sessions-terminate",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SessionPublic,
+)
+async def terminate_session(
+    session_id: str,
+    principal: CurrentUser,
+    state: State,
+    db: DbSession,
+    force: Annotated[bool, Query(description="kill at once, no grace period")] = False,
+) -> SessionPublic:
+    """Cancel a pending session, or stop a running one (SIGTERM, grace, SIGKILL)."""
+    session = await state.sessions.terminate(principal, session_id, force=force)
+    return await render(db, session)

@@ -1,0 +1,112 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+::
+
+    client ─▶ BodyLimit ─▶ FastAPI routes (/v1/sessions, /v1/nodes, /v1/users, ...)
+                               │ services own transactions
+                               ▼
+                      SQLAlchemy (PostgreSQL | SQLite)      Redis: arq queues, live streams
+    workers ─▶ events queue ─▶ EventHandler (in this process, unless run_events=False)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from gateway.api import problems
+from gateway.api.routes import (
+    apps,
+    groups,
+    health,
+    images,
+    internal,
+    logs,
+    nodes,
+    policies,
+    projects,
+    sessions,
+    users,
+)
+from gateway.apps import end_routes, publish_routes
+from gateway.auth import KeyCache
+from gateway.config import GatewaySettings
+from gateway.consumer import events_worker
+from gateway.db.engine import create_engine, create_session_factory
+from gateway.events import EventHandler
+from gateway.queue import connect
+from gateway.services.logs import LogService
+from gateway.services.sessions import SessionService
+from gateway.state import AppState
+from workers import queue
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+MAX_BODY = 8 * 1024 * 1024
+
+
+def create_app(settings: GatewaySettings | None = None, *, run_events: bool = True) -> FastAPI:
+    settings = settings or GatewaySettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.effective_database_url)
+        db = create_session_factory(engine)
+        pool = await connect(settings.redis_url)
+        state = AppState(
+            settings=settings,
+            engine=engine,
+            db=db,
+            pool=pool,
+            keys=KeyCache(settings.api_key_cache_s),
+            sessions=SessionService(db, pool, settings),
+            logs=LogService(db, pool, settings.max_log_bytes),
+        )
+        app.state.jobgate = state
+        consumer = None
+        task = None
+        if run_events:
+            handler = EventHandler(db, pool)
+            handler.on_running.append(functools.partial(publish_routes, pool))
+            handler.on_ended.append(functools.partial(end_routes, pool))
+            consumer = events_worker(settings.redis_url, handler, handle_signals=False)
+            task = asyncio.create_task(consumer.async_run())
+        try:
+            yield
+        finally:
+            if task is not None and consumer is not None:
+                await queue.stop(consumer, task)
+            await pool.aclose()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="jobgate",
+        version=VERSION,
+        summary="A serverless job gateway for GPU clusters.",
+        lifespan=lifespan,
+    )
+    problems.install(app)
+    routers = (
+        health,
+        sessions,
+        logs,
+        apps,
+        nodes,
+        images,
+        users,
+        projects,
+        policies,
+        groups,
+        internal,
+    )
+    for module in routers:
+        app.include_router(module.router)
+    app.add_middleware(problems.BodyLimit, limit=MAX_BODY)
+    return app

@@ -1,0 +1,102 @@
+"""The gateway's half of the app proxy: routes in Redis, app links, idle sessions.
+
+::
+
+    worker "running" (apps + host ports) ─▶ EventHandler ─▶ publish_routes ─▶ Redis route
+    session ends ───────────────────────▶ EventHandler ─▶ end_routes ─────▶ "ended" route
+    POST /v1/sessions/{id}/apps/{app} ─▶ open_app ─▶ signed one-time link ─▶ the proxy
+    reconciler ─▶ idle_sessions (activity keys the proxy writes) ─▶ terminate
+
+The route and token formats belong to :mod:`appproxy.contract`; this module only decides
+what goes in them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+
+from appproxy.contract import AppRoute, RouteRecord, activity_key, app_url, end_route, write_route
+from appproxy.tokens import issue_app_token
+from gateway.auth import Principal
+from gateway.config import GatewaySettings
+from gateway.db.models import Kernel, Node, Session
+from gateway.domain.errors import Conflict, NotFound
+
+__all__ = ["AppLink", "end_routes", "last_activity", "open_app", "publish_routes", "route_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppLink:
+    url: str
+    expires_at: float
+
+
+def route_for(session: Session, kernel: Kernel, node: Node) -> RouteRecord | None:
+    """Where each app of a running session listens: the node's address + host port."""
+    apps = {}
+    for name, host_port in kernel.ports.items():
+        info = session.apps.get(name, {})
+        if info.get("protocol", "http") != "http":
+            continue
+        apps[name] = AppRoute(
+            upstream=f"http://{node.address}:{int(host_port)}",
+            strip_prefix=bool(info.get("strip_prefix", False)),
+        )
+    if not apps:
+        return None
+    return RouteRecord(session_id=session.id, owner_id=session.owner_id, apps=apps)
+
+
+async def publish_routes(
+    redis: Redis, running: Iterable[tuple[Session, Kernel, Node | None]]
+) -> None:
+    for session, kernel, node in running:
+        if node is None or session.type != "interactive":
+            continue
+        record = route_for(session, kernel, node)
+        if record is not None:
+            await write_route(redis, record)
+
+
+async def end_routes(redis: Redis, ended: Iterable[Session]) -> None:
+    for session in ended:
+        if session.type == "interactive" and session.apps:
+            await end_route(redis, session.id, owner_id=session.owner_id)
+
+
+def open_app(
+    settings: GatewaySettings, principal: Principal, session: Session, app: str
+) -> AppLink:
+    """A one-time, short-lived link that opens *app* of a RUNNING session."""
+    if app not in session.apps:
+        known = ", ".join(sorted(session.apps)) or "none"
+        raise NotFound(f"session {session.id[:8]} serves no app {app!r} (it serves: {known})")
+    if session.status != "RUNNING":
+        raise Conflict(f"the session is {session.status}; apps open once it runs")
+    ttl = settings.app_token_ttl_s
+    token = issue_app_token(
+        settings.proxy_secret.get_secret_value(),
+        session.id,
+        app,
+        principal.user_id,
+        ttl,
+        admin=principal.is_admin and principal.user_id != session.owner_id,
+    )
+    strip = bool(session.apps[app].get("strip_prefix", False))
+    domain = settings.proxy_base_domain if strip else None
+    url = app_url(settings.proxy_public_url, session.id, app, token, base_domain=domain)
+    return AppLink(url=url, expires_at=time.time() + ttl)
+
+
+async def last_activity(redis: Redis, session_id: str) -> datetime | None:
+    """When the proxy last carried traffic for the session (None: never)."""
+    raw: Any = await redis.get(activity_key(session_id))
+    if raw is None:
+        return None
+    return datetime.fromtimestamp(float(raw), UTC)

@@ -1,0 +1,64 @@
+"""The async engine and session factory, on PostgreSQL (asyncpg) or SQLite (aiosqlite).
+
+SQLite is the embedded default of ``jobgate up``, where the gateway, the scheduler and
+the event consumer are separate processes writing one file. Three settings make that
+safe: WAL (readers never block the writer), a busy timeout (writers queue instead of
+failing), and ``BEGIN IMMEDIATE`` (a transaction takes the write lock when it starts,
+so a read-then-write transaction cannot fail half-way with SQLITE_BUSY when another
+process committed in between).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+__all__ = ["SessionFactory", "create_engine", "create_session_factory"]
+
+SessionFactory = async_sessionmaker[AsyncSession]
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def create_engine(url: str, *, echo: bool = False, pool_size: int = 10) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        _sqlite_transactions(engine)
+        return engine
+    return create_async_engine(
+        url,
+        echo=echo,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        # no pre-ping: it costs a round trip on every checkout; recycle old connections
+        # instead, and a connection that died is replaced on its first failure
+        pool_recycle=1800,
+    )
+
+
+def _sqlite_transactions(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_session_factory(engine: AsyncEngine) -> SessionFactory:
+    return async_sessionmaker(engine, expire_on_commit=False)

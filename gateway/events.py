@@ -1,0 +1,371 @@
+"""The event consumer: turns what workers report into statuses, allocations and jobs.
+
+Workers send batches (``handle_events`` jobs on ``EVENTS_QUEUE``): a node registration
+when they start, and kernel events as they happen. One batch is one transaction. Every
+handler is safe to run twice and in any order: an event that would move a session
+backwards, or touch a session that already ended, changes nothing (but a container
+reported running for a session that ended is stopped, and a freed allocation is never
+freed twice).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from arq.connections import ArqRedis
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway import live
+from gateway.db.clock import db_now
+from gateway.db.engine import SessionFactory
+from gateway.db.models import Kernel, Node, ResourceGroup, Session
+from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
+from gateway.queue import enqueue_stop, request_schedule
+from gateway.scheduler.allocation import release
+from workers.messages import EventBatch, KernelEvent, NodeInfo, StopKernel
+
+__all__ = ["EventHandler", "Started"]
+
+#: a session that started, the kernel that reported it, and the kernel's node
+Started = tuple[Session, Kernel, Node | None]
+
+log = logging.getLogger(__name__)
+S = SessionStatus
+LIVE_KERNEL = ("scheduled", "preparing", "running", "stopping")
+_ENDING = frozenset({"exited", "start_failed", "not_started", "lost"})
+_ORDER = {
+    "preparing": 0,
+    "progress": 1,
+    "running": 2,
+    "start_failed": 3,
+    "not_started": 3,
+    "lost": 3,
+    "exited": 4,
+}
+
+
+@dataclass
+class _Effects:
+    """What to do in Redis once the transaction committed."""
+
+    stops: list[tuple[str, StopKernel]] = field(default_factory=list)
+    live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    reschedule: set[str] = field(default_factory=set)
+    ended: list[Session] = field(default_factory=list)
+    running: list[Started] = field(default_factory=list)
+
+
+class EventHandler:
+    def __init__(self, db: SessionFactory, pool: ArqRedis) -> None:
+        self.db = db
+        self.pool = pool
+        #: called after commit with sessions that started/ended (the app-proxy routes hook)
+        self.on_running: list[
+            Callable[[list[tuple[Session, Kernel, Node | None]]], Awaitable[None]]
+        ] = []
+        self.on_ended: list[Callable[[list[Session]], Awaitable[None]]] = []
+
+    async def handle(self, batch: EventBatch) -> None:
+        effects = _Effects()
+        if batch.node is not None:
+            async with self.db() as db, db.begin():
+                await self._register(db, batch.node, effects)
+        if batch.events:
+            async with self.db() as db, db.begin():
+                await self._apply(db, batch.events, effects)
+        await self._after_commit(effects)
+
+    # -- registration -----------------------------------------------------------------
+    async def _register(self, db: AsyncSession, info: NodeInfo, effects: _Effects) -> None:
+        now = await db_now(db)
+        node = await db.get(Node, info.node_id, with_for_update={"key_share": True})
+        if node is None:
+            node = Node(
+                id=info.node_id,
+                registered_at=now,
+                occupied={},
+                device_used={},
+                used_cpus={},
+                queue=info.queue,
+                runtime=info.runtime,
+            )
+            db.add(node)
+        node.hostname = info.hostname
+        node.address = info.address
+        node.queue = info.queue
+        node.runtime = info.runtime
+        node.resource_group = info.resource_group
+        node.arch = info.arch
+        node.labels = dict(info.labels)
+        node.capacity = dict(info.capacity)
+        node.devices = {"items": list(info.devices)}
+        node.slot_types = dict(info.slot_types)
+        node.numa_cpus = {k: list(v) for k, v in info.numa_cpus.items()}
+        node.fraction_enforcement = info.fraction_enforcement
+        node.limits_enforced = info.limits_enforced
+        node.cgroup = info.cgroup
+        node.runtime_detail = info.runtime_detail
+        node.agent_version = info.version
+        node.last_seen_at = now
+        if await db.get(ResourceGroup, info.resource_group) is None:
+            db.add(ResourceGroup(name=info.resource_group, created_at=now))
+        await db.flush()
+        await self._orphans(db, info, effects)
+        effects.reschedule.add(info.resource_group)
+
+    async def _orphans(self, db: AsyncSession, info: NodeInfo, effects: _Effects) -> None:
+        """Containers the node runs for kernels that are not live here: stop them."""
+        reported = {k.kernel_id: k for k in info.kernels}
+        if not reported:
+            return
+        live_ids = set(
+            (
+                await db.execute(
+                    select(Kernel.id).where(
+                        Kernel.id.in_(list(reported)),
+                        Kernel.node_id == info.node_id,
+                        Kernel.status.in_(LIVE_KERNEL),
+                    )
+                )
+            ).scalars()
+        )
+        for kernel_id, report in reported.items():
+            if kernel_id not in live_ids:
+                job = StopKernel(
+                    kernel_id=kernel_id,
+                    session_id=report.session_id,
+                    node_id=info.node_id,
+                    reason="its session is no longer live",
+                    grace=0.0,
+                )
+                effects.stops.append((info.queue, job))
+
+    # -- kernel events ----------------------------------------------------------------
+    async def _apply(
+        self, db: AsyncSession, events: Sequence[KernelEvent], effects: _Effects
+    ) -> None:
+        now = await db_now(db)
+        kernel_ids = sorted({e.kernel_id for e in events})
+        # lock order, everywhere: sessions, then kernels, then nodes, each in id order
+        session_ids = sorted(
+            set(
+                (
+                    await db.execute(select(Kernel.session_id).where(Kernel.id.in_(kernel_ids)))
+                ).scalars()
+            )
+        )
+        sessions = {
+            s.id: s
+            for s in (
+                await db.execute(
+                    select(Session)
+                    .where(Session.id.in_(session_ids))
+                    .order_by(Session.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        }
+        kernels = {
+            k.id: k
+            for k in (
+                await db.execute(
+                    select(Kernel)
+                    .where(Kernel.id.in_(kernel_ids))
+                    .order_by(Kernel.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        }
+        # only an ending kernel changes its node's sums: lock just those nodes, so the
+        # stream of "preparing"/"running" events never holds up a scheduling pass
+        ending = {e.kernel_id for e in events if e.kind in _ENDING}
+        locked = sorted({k.node_id for k in kernels.values() if k.node_id and k.id in ending})
+        others = sorted({k.node_id for k in kernels.values() if k.node_id} - set(locked))
+        nodes = {
+            n.id: n
+            for n in (
+                await db.execute(
+                    select(Node)
+                    .where(Node.id.in_(locked))
+                    .order_by(Node.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        }
+        if others:
+            for n in (await db.execute(select(Node).where(Node.id.in_(others)))).scalars():
+                nodes[n.id] = n
+        siblings = await self._siblings(db, sessions, kernels)
+        for event in sorted(events, key=lambda e: (e.ts, _ORDER[e.kind])):
+            kernel = kernels.get(event.kernel_id)
+            if kernel is None:
+                log.warning("event %s for unknown kernel %s ignored", event.kind, event.kernel_id)
+                continue
+            session = sessions[kernel.session_id]
+            node = nodes.get(kernel.node_id) if kernel.node_id else None
+            ctx = _Ctx(db, session, kernel, node, siblings[session.id], now, effects)
+            before = session.status
+            _HANDLERS[event.kind](ctx, event)
+            if session.status != before:
+                effects.live.append((session.id, live.status_event(session)))
+                if session.status in TERMINAL:
+                    effects.ended.append(session)
+                    effects.reschedule.add(session.resource_group)
+                elif session.status == S.RUNNING:
+                    effects.running.append((session, kernel, node))
+
+    async def _siblings(
+        self, db: AsyncSession, sessions: dict[str, Session], kernels: dict[str, Kernel]
+    ) -> dict[str, list[Kernel]]:
+        """All kernels of each session (cluster sessions end when their last kernel ends)."""
+        out: dict[str, list[Kernel]] = {sid: [] for sid in sessions}
+        multi = [s.id for s in sessions.values() if s.cluster_size > 1]
+        for k in kernels.values():
+            out[k.session_id].append(k)
+        if multi:
+            for k in (
+                await db.execute(select(Kernel).where(Kernel.session_id.in_(multi)))
+            ).scalars():
+                if k.id not in kernels:
+                    out[k.session_id].append(k)
+        return out
+
+    async def _after_commit(self, effects: _Effects) -> None:
+        for queue, job in effects.stops:
+            await enqueue_stop(self.pool, queue, job)
+        await live.publish_many(self.pool, effects.live)
+        for group in effects.reschedule:
+            await request_schedule(self.pool, group)
+        for started in self.on_running:
+            await started(effects.running)
+        for ended in self.on_ended:
+            await ended(effects.ended)
+
+
+@dataclass
+class _Ctx:
+    db: AsyncSession
+    session: Session
+    kernel: Kernel
+    node: Node | None
+    siblings: list[Kernel]
+    now: datetime
+    effects: _Effects
+
+    def move(self, new: SessionStatus, reason: str) -> None:
+        if can_transition(self.session.status, new):
+            self.db.add(transition(self.session, new, reason, self.now))
+
+    def stop_container(self, reason: str) -> None:
+        if self.node is not None:
+            job = StopKernel(
+                kernel_id=self.kernel.id,
+                session_id=self.session.id,
+                node_id=self.node.id,
+                reason=reason,
+                grace=0.0,
+            )
+            self.effects.stops.append((self.node.queue, job))
+
+    def end_kernel(self, status: str, exit_code: int | None = None) -> None:
+        self.kernel.status = status
+        self.kernel.exit_code = exit_code
+        self.kernel.ended_at = self.kernel.ended_at or self.now
+        self.kernel.updated_at = self.now
+        release(self.node, self.kernel)
+        self.effects.reschedule.add(self.session.resource_group)
+
+    @property
+    def all_ended(self) -> bool:
+        return all(k.ended_at is not None for k in self.siblings)
+
+
+def _on_preparing(ctx: _Ctx, event: KernelEvent) -> None:
+    if ctx.kernel.status == "scheduled":
+        ctx.kernel.status = "preparing"
+        ctx.kernel.updated_at = ctx.now
+    if ctx.session.status == S.SCHEDULED:
+        ctx.move(S.PREPARING, event.message or f"preparing on {event.node_id}")
+
+
+def _on_progress(ctx: _Ctx, event: KernelEvent) -> None:
+    if ctx.session.status in (S.SCHEDULED, S.PREPARING) and event.message:
+        ctx.session.status_reason = event.message
+        ctx.effects.live.append((ctx.session.id, {"type": "progress", "message": event.message}))
+
+
+def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
+    k = ctx.kernel
+    if event.apps and not ctx.session.apps:  # discovered from the image's label
+        ctx.session.apps = {
+            a.name: {
+                "port": a.port,
+                "protocol": a.protocol,
+                "strip_prefix": a.strip_prefix,
+                "start": a.start,
+            }
+            for a in event.apps
+        }
+    if k.ended_at is None:
+        k.status = "running"
+        k.ports = dict(event.ports)
+        k.container_id = event.container_id
+        k.started_at = k.started_at or ctx.now
+        k.updated_at = ctx.now
+    if ctx.session.status in TERMINAL or ctx.session.status == S.TERMINATING:
+        ctx.stop_container(f"session is {ctx.session.status}")
+        return
+    if all(s.status == "running" for s in ctx.siblings):
+        ctx.move(S.RUNNING, f"running on {event.node_id}")
+
+
+def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
+    code = event.exit_code if event.exit_code is not None else -1
+    ctx.end_kernel("exited", code)
+    if not ctx.all_ended:
+        return
+    codes = [k.exit_code for k in ctx.siblings if k.exit_code is not None]
+    failing = next((c for c in codes if c != 0), 0)
+    ctx.session.exit_code = failing
+    if event.requested_stop and ctx.session.status != S.TERMINATING:
+        # the node stopped it on its own (its stack or worker shut down with its sessions)
+        ctx.move(S.TERMINATING, event.message or f"{event.node_id} stopped it")
+    if ctx.session.status == S.TERMINATING:
+        # keep why it was stopped (a user, idleness, the node shutting down) in the reason
+        ctx.move(S.TERMINATED, f"{ctx.session.status_reason} (exit code {code})")
+    elif failing == 0:
+        ctx.move(S.SUCCEEDED, "exited with code 0")
+    else:
+        ctx.move(S.FAILED, event.message or f"exited with code {failing}")
+
+
+def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:
+    ctx.end_kernel("failed")
+    ctx.move(S.ERROR, event.message or "the node could not start it")
+
+
+def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
+    ctx.end_kernel("cancelled")
+    if ctx.all_ended:
+        ctx.move(S.CANCELLED, event.message or "cancelled before it started")
+
+
+def _on_lost(ctx: _Ctx, event: KernelEvent) -> None:
+    ctx.end_kernel("failed")
+    ctx.move(S.ERROR, event.message or f"its container was lost on {event.node_id}")
+
+
+_HANDLERS = {
+    "preparing": _on_preparing,
+    "progress": _on_progress,
+    "running": _on_running,
+    "exited": _on_exited,
+    "start_failed": _on_start_failed,
+    "not_started": _on_not_started,
+    "lost": _on_lost,
+}

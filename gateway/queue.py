@@ -1,0 +1,86 @@
+"""The gateway's side of the arq queues: one JSON-speaking pool, idempotent enqueues.
+
+Job ids come from database rows (``schedule:{group}``, ``start:{kernel}``,
+``stop:{kernel}``); arq refuses a second job with an id that is queued or running, so
+enqueueing again is always safe. Scheduling requests coalesce: the gateway sets a
+per-group *dirty* flag before enqueueing, and the scheduler loops while the flag is set,
+so a request that arrives during a pass (and is refused as a duplicate) is not lost.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from arq.connections import ArqRedis
+
+from workers import queue as jobs
+from workers.messages import SCHEDULER_QUEUE, StartKernel, StopKernel, start_job_id, stop_job_id
+
+__all__ = [
+    "connect",
+    "dirty_key",
+    "enqueue_start",
+    "enqueue_starts",
+    "enqueue_stop",
+    "request_schedule",
+]
+
+#: jobs that fail are retried by the reconciler, not by arq's own retry loop
+JOB_EXPIRES_S = 3600
+
+
+def dirty_key(resource_group: str) -> str:
+    return f"jobgate:schedule-dirty:{resource_group}"
+
+
+async def connect(redis_url: str) -> ArqRedis:
+    return await jobs.connect(redis_url, default_queue=SCHEDULER_QUEUE)
+
+
+async def request_schedule(pool: ArqRedis, resource_group: str) -> None:
+    # already dirty: a request is queued or a pass is running that will loop once more
+    # (the flag expires, and the scheduler's tick runs passes anyway, should one be lost)
+    if not await pool.set(dirty_key(resource_group), b"1", ex=30, nx=True):
+        return
+    await pool.enqueue_job(
+        "schedule",
+        resource_group,
+        _job_id=f"schedule:{resource_group}",
+        _queue_name=SCHEDULER_QUEUE,
+    )
+
+
+async def enqueue_starts(pool: ArqRedis, starts: list[tuple[str, StartKernel]]) -> None:
+    """A scheduling pass's start jobs: one ``start_kernels`` job per node queue, all in one
+    round trip. arq spends several Redis exchanges on every job it runs, so a job per
+    kernel would cap a node near a few hundred starts a second; the worker still starts a
+    kernel only once, however often it is asked (its kernels and tombstones)."""
+    by_queue: dict[str, list[dict[str, object]]] = {}
+    for q, job in starts:
+        by_queue.setdefault(q, []).append(job.model_dump(mode="json"))
+    batch = [
+        jobs.QueuedJob(q, f"starts:{uuid.uuid4().hex}", "start_kernels", {"jobs": payloads})
+        for q, payloads in by_queue.items()
+    ]
+    await jobs.enqueue_many(pool, batch, expires_ms=JOB_EXPIRES_S * 1000)
+
+
+async def enqueue_start(pool: ArqRedis, queue: str, job: StartKernel) -> None:
+    """One kernel's start job (the reconciler re-sends these; its id makes it idempotent)."""
+    await pool.enqueue_job(
+        "start_kernel",
+        job.model_dump(mode="json"),
+        _job_id=start_job_id(job.kernel_id),
+        _queue_name=queue,
+        _expires=JOB_EXPIRES_S,
+    )
+
+
+async def enqueue_stop(pool: ArqRedis, queue: str, job: StopKernel) -> None:
+    await pool.enqueue_job(
+        "stop_kernel",
+        job.model_dump(mode="json"),
+        _job_id=stop_job_id(job.kernel_id),
+        _queue_name=queue,
+        _expires=JOB_EXPIRES_S,
+    )

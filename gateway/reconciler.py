@@ -1,0 +1,279 @@
+"""The reconciler: make Redis and the nodes agree with the database again.
+
+Redis is transport; the database is the truth. So, every few seconds:
+
+* a kernel placed (SCHEDULED) whose start job may have been lost gets it again, and a
+  kernel of a TERMINATING session its stop job (job ids make both idempotent);
+* a node whose heartbeat stopped: kernels placed there that never started go back to
+  PENDING after ``requeue_after_s``; sessions running there end ERROR after
+  ``node_lost_timeout_s`` ("node n1 stopped responding");
+* alive nodes get ``last_seen_at`` refreshed (one UPDATE for all of them);
+* interactive sessions idle past their timeout (no traffic through the app proxy, from
+  the activity keys it writes) are terminated, and routes Redis lost are written again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from arq.connections import ArqRedis
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from appproxy.contract import RouteRecord, activity_key, route_key, write_route
+from gateway import live
+from gateway.apps import route_for
+from gateway.config import GatewaySettings
+from gateway.db.clock import db_now
+from gateway.db.engine import SessionFactory
+from gateway.db.models import Kernel, Node, Session
+from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
+from gateway.queue import enqueue_start, enqueue_stop, request_schedule
+from gateway.scheduler.allocation import release
+from gateway.scheduler.applier import start_job
+from gateway.scheduler.snapshot import alive_nodes
+from gateway.services.sessions import begin_termination
+from workers.messages import StartKernel, StopKernel
+
+__all__ = ["Reconciler"]
+
+log = logging.getLogger(__name__)
+S = SessionStatus
+
+
+@dataclass
+class _Work:
+    starts: list[tuple[str, StartKernel]] = field(default_factory=list)
+    stops: list[tuple[str, StopKernel]] = field(default_factory=list)
+    changed: list[Session] = field(default_factory=list)
+    groups: set[str] = field(default_factory=set)
+
+
+class Reconciler:
+    def __init__(self, db: SessionFactory, pool: ArqRedis, settings: GatewaySettings) -> None:
+        self.db = db
+        self.pool = pool
+        self.settings = settings
+
+    async def run(self) -> None:
+        """Each task in a short transaction of its own, locking rows in the one order
+        (sessions, kernels, nodes; by id), so the reconciler never deadlocks a pass."""
+        work = _Work()
+        async with self.db() as db:
+            nodes = {n.id: n for n in (await db.execute(select(Node))).scalars()}
+        alive = await alive_nodes(self.pool, list(nodes))
+        async with self.db() as db, db.begin():
+            now = await db_now(db)
+            await _touch(db, Node, sorted(alive), last_seen_at=now)
+        async with self.db() as db, db.begin():
+            await self._requeue(db, nodes, alive, now, work)
+        async with self.db() as db, db.begin():
+            await self._lost_nodes(db, nodes, alive, now, work)
+        async with self.db() as db, db.begin():
+            await self._idle(db, now, work)
+        async with self.db() as db:
+            routes = await self._routes(db, nodes)
+        for queue, start in work.starts:
+            await enqueue_start(self.pool, queue, start)
+        for queue, stop in work.stops:
+            await enqueue_stop(self.pool, queue, stop)
+        await live.publish_many(self.pool, [(s.id, live.status_event(s)) for s in work.changed])
+        for group in work.groups:
+            await request_schedule(self.pool, group)
+        for record in routes:
+            await write_route(self.pool, record)
+
+    async def _idle(self, db: AsyncSession, now: datetime, work: _Work) -> None:
+        """Terminate interactive sessions that carried no traffic for their idle timeout."""
+        rows = list(
+            (
+                await db.execute(
+                    select(Session)
+                    .where(Session.type == "interactive", Session.status == S.RUNNING)
+                    .order_by(Session.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        )
+        default = self.settings.idle_timeout_s
+        watched = [s for s in rows if (s.idle_timeout_s or default)]
+        if not watched:
+            return
+        seen = await self.pool.mget([activity_key(s.id) for s in watched])
+        for session, raw in zip(watched, seen, strict=True):
+            timeout = session.idle_timeout_s or default or 0
+            since = session.started_at or now
+            if raw is not None:
+                since = max(since, datetime.fromtimestamp(float(raw), UTC))
+            if (now - since).total_seconds() < timeout:
+                continue
+            reason = f"idle for {_minutes(timeout)} (no traffic through the app proxy)"
+            stops = await begin_termination(
+                db,
+                session,
+                cancel_reason=reason,
+                stop_reason=reason,
+                grace=self.settings.stop_grace_s,
+            )
+            work.stops.extend(stops)
+            work.changed.append(session)
+
+    async def _routes(self, db: AsyncSession, nodes: dict[str, Node]) -> list[RouteRecord]:
+        """Routes of running interactive sessions that Redis lost (write them again)."""
+        result = await db.execute(
+            select(Session, Kernel)
+            .join(Kernel, Kernel.session_id == Session.id)
+            .where(Session.type == "interactive", Session.status == S.RUNNING)
+        )
+        rows = [(s, k) for s, k in result if s.apps and k.ports and k.node_id in nodes]
+        if not rows:
+            return []
+        present = await self.pool.mget([route_key(s.id) for s, _ in rows])
+        return [
+            record
+            for (session, kernel), raw in zip(rows, present, strict=True)
+            if raw is None
+            and (record := route_for(session, kernel, nodes[kernel.node_id or ""])) is not None
+        ]
+
+    async def _requeue(
+        self, db: AsyncSession, nodes: dict[str, Node], alive: set[str], now: datetime, work: _Work
+    ) -> None:
+        cutoff = now - timedelta(seconds=self.settings.requeue_after_s)
+        touched: list[str] = []
+        rows = await db.execute(
+            select(Kernel, Session)
+            .join(Session, Session.id == Kernel.session_id)
+            .where(
+                Kernel.ended_at.is_(None),
+                Kernel.node_id.is_not(None),
+                Kernel.updated_at < cutoff,
+                Session.status.in_([S.SCHEDULED, S.TERMINATING]),
+            )
+        )
+        for kernel, session in rows:
+            node = nodes.get(kernel.node_id or "")
+            if node is None or node.id not in alive:
+                continue
+            touched.append(kernel.id)
+            if session.status == S.TERMINATING:
+                work.stops.append(
+                    (
+                        node.queue,
+                        StopKernel(
+                            kernel_id=kernel.id,
+                            session_id=session.id,
+                            node_id=node.id,
+                            reason="terminated on request",
+                            grace=0.0,
+                        ),
+                    )
+                )
+            elif kernel.status == "scheduled":
+                work.starts.append((node.queue, start_job(session, kernel)))
+        await _touch(db, Kernel, sorted(touched), updated_at=now)
+
+    async def _lost_nodes(
+        self, db: AsyncSession, nodes: dict[str, Node], alive: set[str], now: datetime, work: _Work
+    ) -> None:
+        lost_ids = sorted(n.id for n in nodes.values() if n.id not in alive)
+        if not lost_ids:
+            return
+        on_lost = (Kernel.node_id.in_(lost_ids)) & (Kernel.ended_at.is_(None))
+        session_ids = sorted(
+            set((await db.execute(select(Kernel.session_id).where(on_lost))).scalars())
+        )
+        if not session_ids:
+            return
+        sessions = {
+            s.id: s
+            for s in (
+                await db.execute(
+                    select(Session)
+                    .where(Session.id.in_(session_ids))
+                    .order_by(Session.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        }
+        kernels = list(
+            (
+                await db.execute(
+                    select(Kernel)
+                    .where(on_lost)
+                    .order_by(Kernel.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        )
+        lost = {
+            n.id: n
+            for n in (
+                await db.execute(
+                    select(Node)
+                    .where(Node.id.in_(lost_ids))
+                    .order_by(Node.id)
+                    .with_for_update(key_share=True)
+                )
+            ).scalars()
+        }
+        requeue_cut = now - timedelta(seconds=self.settings.requeue_after_s)
+        error_cut = now - timedelta(seconds=self.settings.node_lost_timeout_s)
+        for kernel in kernels:
+            session = sessions.get(kernel.session_id)
+            node = lost.get(kernel.node_id or "")
+            if session is None or node is None:
+                continue
+            if session.status in TERMINAL:
+                continue
+            if kernel.status == "scheduled" and node.last_seen_at < requeue_cut:
+                self._back_to_pending(db, node, kernel, session, now, work)
+            elif node.last_seen_at < error_cut:
+                release(node, kernel)
+                kernel.status, kernel.ended_at = "failed", now
+                if can_transition(session.status, S.ERROR):
+                    db.add(transition(session, S.ERROR, f"node {node.id} stopped responding", now))
+                    work.changed.append(session)
+                work.groups.add(session.resource_group)
+
+    def _back_to_pending(
+        self,
+        db: AsyncSession,
+        node: Node,
+        kernel: Kernel,
+        session: Session,
+        now: datetime,
+        work: _Work,
+    ) -> None:
+        release(node, kernel)
+        kernel.status, kernel.node_id = "pending", None
+        kernel.slots, kernel.devices, kernel.cpuset = {}, {}, {}
+        if session.status == S.SCHEDULED:
+            reason = f"node {node.id} stopped responding before it started"
+            db.add(transition(session, S.PENDING, reason, now))
+            session.pending_reason = "waiting for the scheduler"
+            work.changed.append(session)
+        work.groups.add(session.resource_group)
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60}m" if seconds >= 60 and seconds % 60 == 0 else f"{seconds}s"
+
+
+async def _touch(
+    db: AsyncSession, model: type[Node] | type[Kernel], ids: list[str], **values: Any
+) -> None:
+    """Set columns on rows nobody else holds right now (SKIP LOCKED): best-effort stamps
+    that must never make the reconciler wait for, or deadlock with, a scheduling pass."""
+    if not ids:
+        return
+    free = (
+        select(model.id)
+        .where(model.id.in_(ids))
+        .order_by(model.id)
+        .with_for_update(skip_locked=True, key_share=True)
+    )
+    await db.execute(update(model).where(model.id.in_(free)).values(**values))

@@ -1,0 +1,134 @@
+"""Allocation arithmetic for node rows: what the applier takes and the event consumer frees.
+
+A node row carries the sums of its live allocations: ``occupied`` (slot -> amount),
+``device_used`` (device id -> amount of that device's slot) and ``used_cpus`` (pinned
+cores). A :class:`NodeLedger` reads them once, answers "does this fit?" and applies any
+number of takes and give-backs in memory, and writes the new sums back. Every caller
+holds the node's row lock meanwhile, so the sums stay exact however many schedulers and
+gateways run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from gateway.db.models import Kernel, Node
+from plugins.resources import ResourceSlots
+
+__all__ = ["NodeLedger", "release"]
+
+_ZERO = Decimal(0)
+DeviceAmounts = Mapping[str, Mapping[str, Decimal]]  # slot -> device id -> amount
+
+
+@dataclass
+class NodeLedger:
+    node_id: str
+    capacity: ResourceSlots
+    occupied: ResourceSlots
+    device_capacity: dict[str, Decimal]  # healthy devices only
+    device_used: dict[str, Decimal]
+    used_cpus: set[int]
+
+    @classmethod
+    def from_columns(
+        cls,
+        node_id: str,
+        capacity: dict[str, Any],
+        occupied: dict[str, Any],
+        devices: dict[str, Any],
+        device_used: dict[str, Any],
+        used_cpus: dict[str, Any],
+    ) -> NodeLedger:
+        return cls(
+            node_id=node_id,
+            capacity=ResourceSlots.from_json(capacity),
+            occupied=ResourceSlots.from_json(occupied),
+            device_capacity={
+                d["id"]: Decimal(d["capacity"])
+                for d in devices.get("items", [])
+                if d.get("health", "healthy") == "healthy"
+            },
+            device_used={k: Decimal(v) for k, v in device_used.items()},
+            used_cpus=set(used_cpus.get("cpus", [])),
+        )
+
+    @classmethod
+    def of(cls, node: Node) -> NodeLedger:
+        return cls.from_columns(
+            node.id, node.capacity, node.occupied, node.devices, node.device_used, node.used_cpus
+        )
+
+    def why_not(
+        self, slots: ResourceSlots, devices: DeviceAmounts, cpus: list[int] | None
+    ) -> str | None:
+        """None when the allocation fits now; else why not (for the pending reason)."""
+        short = slots.shortfall(self.capacity - self.occupied)
+        if short:
+            slot, have = next(iter(short.items()))
+            return f"{self.node_id} no longer has {slots[slot]} {slot} free (has {have})"
+        wanted: dict[str, Decimal] = {}
+        for per_device in devices.values():
+            for device_id, amount in per_device.items():
+                wanted[device_id] = wanted.get(device_id, _ZERO) + amount
+        for device_id, amount in wanted.items():
+            free = self.device_capacity.get(device_id, _ZERO) - self.device_used.get(
+                device_id, _ZERO
+            )
+            if amount > free:
+                return f"device {device_id} on {self.node_id} no longer has {amount} free"
+        taken = self.used_cpus.intersection(cpus or ())
+        if taken:
+            return f"cores {sorted(taken)} on {self.node_id} are taken"
+        return None
+
+    def take(self, slots: ResourceSlots, devices: DeviceAmounts, cpus: list[int] | None) -> None:
+        self.occupied = self.occupied + slots
+        for per_device in devices.values():
+            for device_id, amount in per_device.items():
+                self.device_used[device_id] = self.device_used.get(device_id, _ZERO) + amount
+        self.used_cpus.update(cpus or ())
+
+    def give_back(
+        self, slots: ResourceSlots, devices: DeviceAmounts, cpus: list[int] | None
+    ) -> None:
+        left = self.occupied - slots
+        self.occupied = ResourceSlots({k: v for k, v in left.items() if v > 0})
+        for per_device in devices.values():
+            for device_id, amount in per_device.items():
+                rest = self.device_used.get(device_id, _ZERO) - amount
+                if rest > 0:
+                    self.device_used[device_id] = rest
+                else:
+                    self.device_used.pop(device_id, None)
+        self.used_cpus.difference_update(cpus or ())
+
+    def columns(self) -> dict[str, Any]:
+        """The node row's new sums."""
+        return {
+            "occupied": self.occupied.to_json(),
+            "device_used": {k: str(v) for k, v in sorted(self.device_used.items())},
+            "used_cpus": {"cpus": sorted(self.used_cpus)} if self.used_cpus else {},
+        }
+
+
+def kernel_devices(kernel: Kernel) -> dict[str, dict[str, Decimal]]:
+    return {s: {d: Decimal(a) for d, a in per.items()} for s, per in kernel.devices.items()}
+
+
+def release(node: Node | None, kernel: Kernel) -> None:
+    """Give the kernel's allocation back to its node (once; repeated calls do nothing)."""
+    if kernel.released:
+        return
+    kernel.released = True
+    if node is None:
+        return
+    ledger = NodeLedger.of(node)
+    ledger.give_back(
+        ResourceSlots.from_json(kernel.slots), kernel_devices(kernel), kernel.cpuset.get("cpus")
+    )
+    for column, value in ledger.columns().items():
+        setattr(node, column, value)

@@ -1,0 +1,249 @@
+"""The plan applier: commit a Plan in one transaction, re-checking everything it assumed.
+
+The planner worked on a snapshot that may be stale by the time its plan arrives: a
+session may have been cancelled, another scheduler may have used the capacity. So the
+applier locks the sessions (still PENDING?) and then the nodes (in id order, the same
+order the event consumer uses, so two writers never deadlock), re-checks every kernel
+against the node's *current* free capacity, and commits only the placements that still
+hold - all kernels of a session or none. What it drops stays PENDING for the next pass,
+as Nomad's plan applier does with a partially rejected plan.
+
+A pass may place thousands of sessions, so this works on columns and writes with one
+executemany statement per table, not through the ORM's per-object bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.db.clock import db_now
+from gateway.db.models import Kernel, Node, Session, StatusHistory
+from gateway.domain.status import SessionStatus, bulk_transition
+from gateway.scheduler.allocation import NodeLedger
+from plugins.scheduling.reasons import DID_NOT_FIT
+from plugins.scheduling.types import KernelPlacement, Placement, Plan
+from workers.messages import StartKernel, WireApp, WireMount
+
+__all__ = ["Applied", "apply_plan", "start_job"]
+
+S = SessionStatus
+SESSIONS = cast(Table, Session.__table__)
+KERNELS = cast(Table, Kernel.__table__)
+NODES = cast(Table, Node.__table__)
+HISTORY = cast(Table, StatusHistory.__table__)
+
+
+@dataclass
+class Applied:
+    starts: list[tuple[str, StartKernel]] = field(default_factory=list)  # (queue, job)
+    #: session id -> its new status and reason (for live events)
+    placed: dict[str, str] = field(default_factory=dict)
+    cancelled: dict[str, str] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)  # session id -> why
+    reasons: dict[str, str] = field(default_factory=dict)  # changed pending reasons
+
+
+async def apply_plan(db: AsyncSession, plan: Plan, known_reasons: dict[str, Any]) -> Applied:
+    """Apply *plan* inside the caller's transaction."""
+    out = Applied()
+    now = await db_now(db)
+    # lock order, everywhere: sessions, then kernels, then nodes, each in id order
+    sessions = await _lock_sessions(db, plan)
+    kernels = await _kernels(
+        db, [p.session_id for p in plan.placements if p.session_id in sessions]
+    )
+    ledgers, queues = await _lock_nodes(db, plan)
+    kernel_updates: list[dict[str, Any]] = []
+    for placement in plan.placements:
+        session = sessions.get(placement.session_id)
+        if session is None:
+            continue  # cancelled or placed by someone else meanwhile
+        why = _reserve(placement, ledgers)
+        if why is not None:
+            out.rejected[session.id] = why
+            continue
+        for kernel_id, kp in zip(kernels.get(session.id, []), placement.kernels, strict=True):
+            update_row = _kernel_columns(kernel_id, kp, now)
+            kernel_updates.append(update_row)
+            out.starts.append(
+                (queues[kp.node_id], _job(session, kernel_id, kp.node_id, update_row))
+            )
+        where = ", ".join(sorted({kp.node_id for kp in placement.kernels}))
+        out.placed[session.id] = f"placed on {where}"
+    out.cancelled = {sid: why for sid, why in plan.cancelled.items() if sid in sessions}
+    await _write(db, out, ledgers, kernel_updates, now)
+    await _record_reasons(db, plan, out, known_reasons)
+    return out
+
+
+async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
+    ids = sorted({p.session_id for p in plan.placements} | set(plan.cancelled))
+    if not ids:
+        return {}
+    c = SESSIONS.c
+    rows = await db.execute(
+        select(c.id, c.type, c.image, c.command, c.env, c.workdir, c.mounts, c.apps)
+        .where(c.id.in_(ids), c.status == S.PENDING)
+        .order_by(c.id)
+        .with_for_update(key_share=True)
+    )
+    return {row.id: row for row in rows}
+
+
+async def _lock_nodes(db: AsyncSession, plan: Plan) -> tuple[dict[str, NodeLedger], dict[str, str]]:
+    ids = sorted({k.node_id for p in plan.placements for k in p.kernels})
+    if not ids:
+        return {}, {}
+    c = NODES.c
+    rows = await db.execute(
+        select(c.id, c.queue, c.capacity, c.occupied, c.devices, c.device_used, c.used_cpus)
+        .where(c.id.in_(ids))
+        .order_by(c.id)
+        .with_for_update(key_share=True)
+    )
+    ledgers, queues = {}, {}
+    for r in rows:
+        ledgers[r.id] = NodeLedger.from_columns(
+            r.id, r.capacity, r.occupied, r.devices, r.device_used, r.used_cpus
+        )
+        queues[r.id] = r.queue
+    return ledgers, queues
+
+
+async def _kernels(db: AsyncSession, session_ids: Sequence[str]) -> dict[str, list[str]]:
+    if not session_ids:
+        return {}
+    c = KERNELS.c
+    rows = await db.execute(
+        select(c.id, c.session_id, c.cluster_idx)
+        .where(c.session_id.in_(session_ids))
+        .order_by(c.id)
+        .with_for_update(key_share=True)
+    )
+    out: dict[str, list[tuple[int, str]]] = {}
+    for kernel_id, session_id, index in rows:
+        out.setdefault(session_id, []).append((index, kernel_id))
+    return {sid: [k for _, k in sorted(ks)] for sid, ks in out.items()}
+
+
+def _reserve(placement: Placement, ledgers: dict[str, NodeLedger]) -> str | None:
+    """Take a whole placement from the nodes' ledgers, or nothing and say why not."""
+    taken: list[tuple[NodeLedger, KernelPlacement]] = []
+    for kp in placement.kernels:
+        ledger = ledgers.get(kp.node_id)
+        why = (
+            f"node {kp.node_id} is gone"
+            if ledger is None
+            else ledger.why_not(kp.slots, kp.devices, kp.cpuset)
+        )
+        if why is not None or ledger is None:
+            for earlier, done in taken:  # all of a gang or none of it
+                earlier.give_back(done.slots, done.devices, done.cpuset)
+            return why
+        ledger.take(kp.slots, kp.devices, kp.cpuset)
+        taken.append((ledger, kp))
+    return None
+
+
+def _kernel_columns(kernel_id: str, kp: KernelPlacement, now: datetime) -> dict[str, Any]:
+    return {
+        "b_id": kernel_id,
+        "node_id": kp.node_id,
+        "slots": kp.slots.to_json(),
+        "devices": {s: {d: str(a) for d, a in per.items()} for s, per in kp.devices.items()},
+        "cpuset": {"cpus": list(kp.cpuset)} if kp.cpuset else {},
+        "status": "scheduled",
+        "released": False,
+        "updated_at": now,
+    }
+
+
+async def _write(
+    db: AsyncSession,
+    out: Applied,
+    ledgers: dict[str, NodeLedger],
+    kernel_updates: list[dict[str, Any]],
+    now: datetime,
+) -> None:
+    """One executemany statement per table."""
+    if out.placed:
+        updates, history = bulk_transition(S.PENDING, S.SCHEDULED, out.placed, now)
+        for row in updates:
+            row.update(scheduled_at=now, pending_reason="", schedule_attempts=0)
+        await db.execute(_by_id(SESSIONS, updates[0]), updates)
+        await db.execute(insert(HISTORY), history)
+        await db.execute(_by_id(KERNELS, kernel_updates[0]), kernel_updates)
+        nodes = [{"b_id": n, **ledger.columns()} for n, ledger in ledgers.items()]
+        await db.execute(_by_id(NODES, nodes[0]), nodes)
+    if out.cancelled:
+        updates, history = bulk_transition(S.PENDING, S.CANCELLED, out.cancelled, now)
+        for row in updates:
+            row["pending_reason"] = ""
+        await db.execute(_by_id(SESSIONS, updates[0]), updates)
+        await db.execute(insert(HISTORY), history)
+        await db.execute(
+            update(KERNELS)
+            .where(KERNELS.c.session_id.in_(list(out.cancelled)))
+            .values(status="cancelled", ended_at=now, updated_at=now)
+        )
+
+
+def _by_id(table: Table, example: dict[str, Any]) -> Any:
+    """UPDATE table SET <the example's columns> WHERE id = :b_id, for executemany."""
+    columns: dict[str, Any] = {k: bindparam(k) for k in example if k != "b_id"}
+    return update(table).where(table.c.id == bindparam("b_id")).values(columns)
+
+
+async def _record_reasons(
+    db: AsyncSession, plan: Plan, out: Applied, known: dict[str, Any]
+) -> None:
+    """Store why each session still waits, writing only reasons that changed."""
+    reasons = dict(plan.waiting)
+    for session_id, why in out.rejected.items():
+        reasons[session_id] = f"capacity changed while placing ({why}); retrying"
+    changed = [
+        {"b_id": sid, "pending_reason": why}
+        for sid, why in reasons.items()
+        if known.get(sid) != why
+    ]
+    if changed:
+        await db.execute(_by_id(SESSIONS, changed[0]), changed)
+    out.reasons = {c["b_id"]: c["pending_reason"] for c in changed}
+    # heuristic-fifo reads how many passes in a row a session did not fit
+    missed = sorted(sid for sid, code in plan.codes.items() if code in DID_NOT_FIT)
+    if missed:
+        await db.execute(
+            update(SESSIONS)
+            .where(SESSIONS.c.id.in_(missed), SESSIONS.c.status == S.PENDING)
+            .values(schedule_attempts=SESSIONS.c.schedule_attempts + 1)
+        )
+
+
+def _job(session: Any, kernel_id: str, node_id: str, placed: dict[str, Any]) -> StartKernel:
+    return StartKernel(
+        kernel_id=kernel_id,
+        session_id=session.id,
+        node_id=node_id,
+        session_type=session.type,
+        command=list(session.command.get("argv", [])),
+        image=session.image,
+        env=dict(session.env),
+        workdir=session.workdir,
+        resources=dict(placed["slots"]),
+        mounts=[WireMount(**m) for m in session.mounts.get("items", [])],
+        devices=placed["devices"],
+        apps=[WireApp(name=name, **info) for name, info in session.apps.items()],
+        cpuset=placed["cpuset"].get("cpus") or None,
+    )
+
+
+def start_job(session: Session, kernel: Kernel) -> StartKernel:
+    """The start job for a kernel already placed (the reconciler re-enqueues with it)."""
+    placed = {"slots": kernel.slots, "devices": kernel.devices, "cpuset": kernel.cpuset}
+    return _job(session, kernel.id, kernel.node_id or "", placed)

@@ -1,0 +1,95 @@
+"""``jobgate scheduler run``: an arq worker on the scheduler queue.
+
+* ``schedule(group)`` jobs, coalesced by job id ``schedule:{group}``, run passes while
+  new work keeps arriving;
+* a cron ``tick`` every ``tick_interval_s`` runs a pass for every group with pending
+  sessions (start times that passed, anything a lost request missed) and the reconciler.
+
+Several schedulers may run at once: the plan applier's row locks keep them from ever
+over-committing a node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from arq.connections import RedisSettings
+from arq.cron import cron
+from arq.worker import Worker, func
+
+from gateway.config import GatewaySettings
+from gateway.db.engine import create_engine, create_session_factory
+from gateway.queue import connect
+from gateway.reconciler import Reconciler
+from gateway.scheduler.service import Scheduler
+from workers import queue
+from workers.messages import SCHEDULER_QUEUE
+from workers.queue import json_deserializer, json_serializer
+
+__all__ = ["run_scheduler"]
+
+log = logging.getLogger(__name__)
+
+
+async def schedule(ctx: dict[str, Any], resource_group: str) -> None:
+    scheduler: Scheduler = ctx["scheduler"]
+    await scheduler.run_requested(resource_group)
+
+
+async def tick(ctx: dict[str, Any]) -> None:
+    scheduler: Scheduler = ctx["scheduler"]
+    reconciler: Reconciler = ctx["reconciler"]
+    try:
+        await reconciler.run()
+    except Exception:
+        log.exception("reconciler run failed; the next tick retries")
+    for group in await scheduler.groups_with_pending():
+        await scheduler.run_requested(group)
+
+
+def _tick_seconds(interval: float) -> set[int]:
+    step = max(1, min(30, round(interval)))
+    return set(range(0, 60, step))
+
+
+async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = True) -> None:
+    engine = create_engine(settings.effective_database_url)
+    db = create_session_factory(engine)
+    pool = await connect(settings.redis_url)
+    ctx = {
+        "scheduler": Scheduler(db, pool, settings),
+        "reconciler": Reconciler(db, pool, settings),
+    }
+    worker = Worker(
+        functions=[func(schedule, name="schedule", max_tries=3)],
+        cron_jobs=[
+            cron(
+                tick,
+                second=_tick_seconds(settings.tick_interval_s),
+                run_at_startup=True,
+                timeout=60,
+            )
+        ],
+        queue_name=SCHEDULER_QUEUE,
+        redis_settings=RedisSettings.from_dsn(settings.redis_url),
+        job_serializer=json_serializer,
+        job_deserializer=json_deserializer,
+        handle_signals=handle_signals,
+        max_jobs=8,
+        keep_result=0,
+        poll_delay=0.02,
+        job_timeout=120,
+        ctx=ctx,
+        log_results=False,
+    )
+    main = asyncio.ensure_future(worker.async_run())
+    try:
+        await asyncio.shield(main)
+    except asyncio.CancelledError:
+        pass
+    finally:
+        await queue.stop(worker, main)
+        await pool.aclose()
+        await engine.dispose()

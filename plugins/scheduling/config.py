@@ -1,0 +1,123 @@
+"""The per-resource-group scheduler configuration (``resource_groups.scheduler`` as JSON).
+
+An empty object is the default pipeline, the one the gateway uses when an operator has
+configured nothing::
+
+    {
+      "validators": ["quota", "dependencies", "start-time"],
+      "sequencer": {"name": "heuristic-fifo", "options": {"max_skips": 3}},
+      "filters": ["resource-group", "node-status", "architecture", "labels",
+                  "limits-enforced", "fraction-enforcement", "fits"],
+      "scorers": [{"name": "concentrated", "weight": 1}, {"name": "numa", "weight": 0.25}],
+      "gang": "all-or-nothing",
+      "sample_size": 8
+    }
+
+A plugin is named by its short name (``fifo``); the entry point is ``<kind>.<name>`` in
+``jobgate.schedulers.v1`` (``sequencer.fifo``). ``options`` are validated by the plugin's
+own ``Settings`` model when the pipeline is built. Bad configuration is refused with a
+message naming the field, before any pass runs.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["DEFAULT_FILTERS", "PluginRef", "SchedulerConfig", "ScorerRef"]
+
+#: the filters of the default pipeline, cheapest first; ``fits`` is always required
+DEFAULT_FILTERS = (
+    "resource-group",
+    "node-status",
+    "architecture",
+    "labels",
+    "limits-enforced",
+    "fraction-enforcement",
+    "fits",
+)
+
+
+def _name_only(value: object) -> object:
+    """Let operators write ``"fifo"`` for ``{"name": "fifo"}``."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+class PluginRef(BaseModel):
+    """One plugin of the pipeline: its short name and the options for its Settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ScorerRef(PluginRef):
+    """A scorer and its weight: a node's score is the weighted sum of every scorer's."""
+
+    weight: float = Field(default=1.0, ge=0, le=1000)
+
+
+class SchedulerConfig(BaseModel):
+    """Which plugins run, in which order, and the knobs of the pass itself."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    validators: tuple[PluginRef, ...] = (
+        PluginRef(name="quota"),
+        PluginRef(name="dependencies"),
+        PluginRef(name="start-time"),
+    )
+    sequencer: PluginRef = PluginRef(name="heuristic-fifo")
+    filters: tuple[PluginRef, ...] = tuple(PluginRef(name=n) for n in DEFAULT_FILTERS)
+    scorers: tuple[ScorerRef, ...] = (
+        ScorerRef(name="concentrated", weight=1.0),
+        ScorerRef(name="numa", weight=0.25),
+    )
+    gang: PluginRef = PluginRef(name="all-or-nothing")
+
+    #: feasible nodes scored per container (kube's numFeasibleNodesToFind, Nomad's
+    #: limit iterator); 0 scores every feasible node (exact, slow on big clusters)
+    sample_size: int = Field(default=8, ge=0, le=100_000)
+    #: where the search for feasible nodes starts: "sticky" stays on the first node that
+    #: fitted last time (packs), "rotate" moves past the nodes it looked at (spreads),
+    #: "auto" asks the heaviest scorer
+    scan: Literal["auto", "sticky", "rotate"] = "auto"
+    #: sessions the pass evaluates, in queue order; later ones wait with a reason
+    max_sessions_per_pass: int | None = Field(default=None, ge=1)
+    #: place fractions on nodes whose fraction enforcement is "none"
+    allow_unenforced_fractions: bool = False
+    #: every session asking for cpu/mem needs a node that enforces limits
+    require_limits_enforced: bool = False
+    #: the step of a share slot whose devices report no quantum
+    share_quantum: Decimal = Field(default=Decimal("0.01"), gt=0)
+
+    @field_validator("validators", "filters", "scorers", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            return tuple(_name_only(v) for v in value)
+        return value
+
+    @field_validator("sequencer", "gang", mode="before")
+    @classmethod
+    def _one_name(cls, value: object) -> object:
+        return _name_only(value)
+
+    @model_validator(mode="after")
+    def _sound(self) -> SchedulerConfig:
+        names = [f.name for f in self.filters]
+        if "fits" not in names:
+            raise ValueError("filters must include 'fits' (without it nodes are over-committed)")
+        for what, refs in (
+            ("filters", self.filters),
+            ("validators", self.validators),
+            ("scorers", self.scorers),
+        ):
+            seen = [r.name for r in refs]
+            doubled = sorted({n for n in seen if seen.count(n) > 1})
+            if doubled:
+                raise ValueError(f"{what} lists {', '.join(doubled)} more than once")
+        return self

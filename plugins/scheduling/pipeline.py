@@ -1,0 +1,160 @@
+"""Build a pipeline from a SchedulerConfig: plugins found by name, wired in order.
+
+Plugins come from the entry-point group ``jobgate.schedulers.v1``; the entry-point name
+is ``<kind>.<name>`` (``sequencer.drf``), so a third-party package adds a scorer with::
+
+    [project.entry-points."jobgate.schedulers.v1"]
+    "scorer.greenest" = "acme_sched:GreenestScorer"
+
+and an operator turns it on with ``{"scorers": [{"name": "greenest", "weight": 2}]}``.
+Each factory is checked against its kind's Protocol when loaded (``plugins.loader``),
+and built once with its own validated ``Settings``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from plugins.loader import SCHEDULERS, PluginError, load_group
+from plugins.scheduling.config import PluginRef, SchedulerConfig
+from plugins.scheduling.errors import SchedulerConfigError
+from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
+
+__all__ = ["KINDS", "Pipeline", "build_pipeline", "pipeline_for", "reset_registry"]
+
+#: plugin kind -> the Protocol its factories are checked against
+KINDS: dict[str, type] = {
+    "validator": Validator,
+    "sequencer": Sequencer,
+    "filter": Filter,
+    "scorer": Scorer,
+    "gang": GangStep,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """The built plugins of one configuration, in the order a pass runs them."""
+
+    config: SchedulerConfig
+    validators: tuple[Validator, ...]
+    sequencer: Sequencer
+    static_filters: tuple[Filter, ...]
+    dynamic_filters: tuple[Filter, ...]
+    scorers: tuple[tuple[Scorer, float], ...]
+    gang: GangStep
+    scan: Literal["sticky", "rotate"]
+
+    @property
+    def filters(self) -> tuple[Filter, ...]:
+        return self.static_filters + self.dynamic_filters
+
+    def plugins(self) -> list[tuple[str, object]]:
+        """``(kind.name, instance)`` of every plugin, for error messages."""
+        found: list[tuple[str, object]] = [(f"validator.{v.name}", v) for v in self.validators]
+        found.append((f"sequencer.{self.sequencer.name}", self.sequencer))
+        found += [(f"filter.{f.name}", f) for f in self.filters]
+        found += [(f"scorer.{s.name}", s) for s, _ in self.scorers]
+        found.append((f"gang.{self.gang.name}", self.gang))
+        return found
+
+
+def build_pipeline(config: SchedulerConfig) -> Pipeline:
+    """Load and configure every plugin *config* names; SchedulerConfigError if one is wrong."""
+    # 1. validators: policy (quota, dependencies, start time) before any node is looked at
+    validators = tuple(_build("validator", ref) for ref in config.validators)
+    # 2. sequencer: the order sessions are tried in, within each priority band
+    sequencer = _build("sequencer", config.sequencer)
+    # 3. filters: static ones (node facts) run once per pass and key; dynamic ones
+    #    (fits: free room and devices) on every search, over what the static ones let in
+    filters = [_build("filter", ref) for ref in config.filters]
+    static = tuple(f for f in filters if getattr(f, "static", False))
+    dynamic = tuple(f for f in filters if not getattr(f, "static", False))
+    # 4. scorers: rank the sampled feasible nodes; weighted sum, ties to the lowest id
+    scorers = tuple((_build("scorer", ref), ref.weight) for ref in config.scorers)
+    # 5. gang step: all containers of a session, or none
+    gang = _build("gang", config.gang)
+    return Pipeline(
+        config, validators, sequencer, static, dynamic, scorers, gang, _scan(config, scorers)
+    )
+
+
+def _scan(
+    config: SchedulerConfig, scorers: tuple[tuple[Any, float], ...]
+) -> Literal["sticky", "rotate"]:
+    if config.scan != "auto":
+        return config.scan
+    if not scorers:
+        return "sticky"
+    heaviest = max(scorers, key=lambda sw: sw[1])[0]
+    return "rotate" if getattr(heaviest, "scan", "rotate") == "rotate" else "sticky"
+
+
+# ---- the registry -----------------------------------------------------------------------
+_lock = threading.Lock()
+_registry: dict[str, Any] = {}  # "<kind>.<name>" -> factory
+_pipelines: dict[str, Pipeline] = {}
+_MAX_PIPELINES = 64
+
+
+def reset_registry() -> None:
+    """Forget loaded plugins and built pipelines (after installing a plugin at run time)."""
+    with _lock:
+        _registry.clear()
+        _pipelines.clear()
+
+
+def _factory(kind: str, name: str) -> Any:
+    """The factory published as ``<kind>.<name>``; only that entry point is imported, so
+    a broken plugin elsewhere breaks only the groups that name it."""
+    key = f"{kind}.{name}"
+    with _lock:
+        if key in _registry:
+            return _registry[key]
+    try:
+        found = load_group(SCHEDULERS, KINDS[kind], select=lambda ep: ep.name == key)
+    except PluginError as exc:
+        raise SchedulerConfigError(str(exc)) from exc
+    if key not in found:
+        prefix = kind + "."
+        names = sorted(
+            ep.name[len(prefix) :]
+            for ep in entry_points(group=SCHEDULERS)
+            if ep.name.startswith(prefix)
+        )
+        raise SchedulerConfigError(
+            f"no {kind} plugin {name!r} in {SCHEDULERS} (available: {', '.join(names) or 'none'})"
+        )
+    with _lock:
+        _registry[key] = found[key]
+    return found[key]
+
+
+def _build(kind: str, ref: PluginRef) -> Any:
+    factory = _factory(kind, ref.name)
+    settings_model: type[BaseModel] = factory.Settings
+    try:
+        settings = settings_model.model_validate(ref.options)
+    except ValidationError as exc:
+        raise SchedulerConfigError(f"{kind} {ref.name!r}: bad options: {exc}") from exc
+    return factory(settings)
+
+
+def pipeline_for(config: SchedulerConfig) -> Pipeline:
+    """The pipeline of *config*, built once per distinct configuration and reused."""
+    key = config.model_dump_json()
+    with _lock:
+        cached = _pipelines.get(key)
+    if cached is not None:
+        return cached
+    built = build_pipeline(config)
+    with _lock:
+        if len(_pipelines) >= _MAX_PIPELINES:
+            _pipelines.clear()
+        _pipelines[key] = built
+    return built

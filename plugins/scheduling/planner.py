@@ -1,0 +1,319 @@
+"""The planner entry point: ``plan(snapshot) -> Plan``, one call per resource group per pass.
+
+::
+
+    snapshot ─▶ working state (integer units, node views)       nothing in it is modified
+       pending ─▶ invalid? ─▶ queue: priority band, then oldest first
+       per band ─▶ sequencer.order ─▶ per session:
+           blocked by a fifo head? ─▶ wait "blocked"
+           validators ─▶ wait (quota, dependency, start time) / cancel (dependency failed)
+           shape already failed this pass? ─▶ wait with the same reason
+           gang step ─▶ containers through filters + scorers ─▶ placement, or wait
+    ─▶ Plan(placements, waiting, cancelled, codes)
+
+Pure: no I/O, no clock (``snapshot.now`` is the database's), deterministic for a given
+snapshot (nodes in id order, ties to the lowest id). Every pending session ends up in
+exactly one of ``placements``, ``waiting`` (with a reason) or ``cancelled``. A plugin
+that raises fails the whole pass with :class:`~.errors.PlanError` naming it; the
+gateway logs that and tries again next tick (see :mod:`.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from decimal import Decimal
+from itertools import groupby
+
+from plugins.resources import ResourceSlots
+from plugins.scheduling import reasons as r
+from plugins.scheduling.errors import PlanError, SchedulerError
+from plugins.scheduling.pipeline import Pipeline, pipeline_for
+from plugins.scheduling.reasons import short_id, utc
+from plugins.scheduling.search import Reserved, Search
+from plugins.scheduling.slots import SlotTable
+from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
+from plugins.scheduling.types import (
+    KernelPlacement,
+    NodeState,
+    Placement,
+    Plan,
+    SessionRequest,
+    Snapshot,
+)
+
+__all__ = ["plan"]
+
+_ONE = Decimal(1)
+
+
+def plan(snapshot: Snapshot) -> Plan:
+    """Decide, for every pending session of *snapshot*, placement, waiting or cancel."""
+    pipeline = pipeline_for(snapshot.config)
+    return _Pass(pipeline, snapshot).run()
+
+
+class _Placer:
+    """The KernelPlacer lent to the gang step for one session."""
+
+    def __init__(self, search: Search, shape: Shape, request: SessionRequest) -> None:
+        self.search, self.shape, self.request = search, shape, request
+        self.held: list[Reserved] = []
+        self.failure: tuple[str, bool] | None = None
+        self.cursor: int | None = None  # the shape's cursor before searches while holding
+
+    def place(self, exclude: frozenset[str] = frozenset()) -> KernelPlacement | None:
+        if self.held and self.cursor is None:
+            self.cursor = self.shape.cursor
+        candidates = self.search.candidates(self.shape, exclude, remember=not self.held)
+        if not candidates:
+            text, resolvable = self.search.explain(self.shape, exclude)
+            if self.request.cluster_size > 1:
+                text = f"container {len(self.held) + 1} of {self.request.cluster_size}: {text}"
+            self.failure = (f"no node fits: {text}", resolvable)
+            return None
+        node = self.search.best(candidates, self.shape)
+        held = self.search.reserve(node, self.shape, self.request)
+        self.held.append(held)
+        return held.kernel
+
+    def undo(self) -> None:
+        while self.held:
+            Search.release(self.held.pop())
+        if self.cursor is not None:
+            self.shape.cursor = self.cursor
+
+
+class _Pass:
+    def __init__(self, pipeline: Pipeline, snapshot: Snapshot) -> None:
+        self.pipeline = pipeline
+        self.snapshot = snapshot
+        self.result = Plan()
+        self.current: str | None = None  # the session being decided, for errors
+        self.blocker: SessionRequest | None = None
+        self.shapes: dict[Hashable, Shape] = {}
+
+    def run(self) -> Plan:
+        try:
+            self._run()
+        except SchedulerError:
+            raise
+        except Exception as exc:
+            raise PlanError(_blame(exc, self.pipeline), self.current, exc) from exc
+        return self.result
+
+    # -- setting up ---------------------------------------------------------------------
+    def _run(self) -> None:
+        pending: list[SessionRequest] = []
+        checked: dict[ResourceSlots, str | None] = {}  # distinct requests -> verdict
+        for request in self.snapshot.pending:
+            why = _invalid(request, checked)
+            if why is None:
+                pending.append(request)
+            else:
+                self._wait(request, r.INVALID, f"invalid request: {why}")
+        self._prepare(pending)
+        queue = sorted(pending, key=lambda s: (-s.priority, utc(s.created_at), s.id))
+        limit = self.pipeline.config.max_sessions_per_pass
+        if limit is not None and len(queue) > limit:
+            for position, request in enumerate(queue[limit:], start=limit + 1):
+                self._wait(
+                    request,
+                    r.NOT_CONSIDERED,
+                    f"not considered: position {position} in the queue; "
+                    f"a pass looks at the first {limit}",
+                )
+            queue = queue[:limit]
+        for _, band in groupby(queue, key=lambda s: s.priority):
+            self._band(list(band))
+
+    def _prepare(self, pending: list[SessionRequest]) -> None:
+        snapshot, config = self.snapshot, self.pipeline.config
+        nodes = sorted(snapshot.nodes, key=lambda n: n.id)
+        amounts = _amounts(snapshot, nodes, pending, config.share_quantum)
+        self.slots = slots = SlotTable.from_values(amounts)
+        self.views = [NodeView(n, k, slots) for k, n in enumerate(nodes)]
+        device_slots: set[int] = set()
+        for view in self.views:
+            _add_devices(view, slots, config.share_quantum)
+            device_slots.update(view.devs)
+        self.device_slots = frozenset(device_slots)
+        if snapshot.cluster_capacity is not None:
+            capacity = slots.vector(snapshot.cluster_capacity)
+        else:
+            capacity = [sum(col) for col in zip(*(v.cap for v in self.views), strict=True)]
+            capacity = capacity or [0] * len(slots)
+        self.ctx = PassContext(snapshot, slots, capacity)
+        self.search = Search(self.pipeline, self.ctx, self.views)
+
+    # -- deciding -----------------------------------------------------------------------
+    def _band(self, band: list[SessionRequest]) -> None:
+        offered: set[str] = set()
+        ids = {s.id for s in band}
+        for request in self.pipeline.sequencer.order(band, self.ctx):
+            if request.id in offered or request.id not in ids:
+                continue  # a sequencer that repeats itself or invents sessions
+            offered.add(request.id)
+            self.current = request.id
+            self._decide(request)
+        self.current = None
+        name = self.pipeline.sequencer.name
+        for request in band:
+            if request.id not in offered:
+                self._wait(
+                    request,
+                    r.NOT_CONSIDERED,
+                    f"not considered: sequencer {name} did not offer it this pass",
+                )
+
+    def _decide(self, request: SessionRequest) -> None:
+        ctx, pipeline = self.ctx, self.pipeline
+        if self.blocker is not None:
+            self._wait(
+                request,
+                r.BLOCKED,
+                f"blocked: behind {short_id(self.blocker.id)}, "
+                f"which does not fit yet ({pipeline.sequencer.name})",
+            )
+            return
+        for validator in pipeline.validators:
+            verdict = validator.check(request, ctx)
+            if verdict is not None:
+                if verdict.action == "cancel":
+                    self.result.cancelled[request.id] = verdict.reason
+                    self.result.codes[request.id] = verdict.code
+                    ctx.status[request.id] = "CANCELLED"
+                else:
+                    self._wait(request, verdict.code, verdict.reason)
+                return
+        shape = self._shape(request)
+        if shape.failure is None:
+            shape.request = request
+            placer = _Placer(self.search, shape, request)
+            if pipeline.gang.place(request, placer) and len(placer.held) == request.cluster_size:
+                kernels = [held.kernel for held in placer.held]
+                self.result.placements.append(Placement(request.id, kernels))
+                ctx.charge(request, shape.need)
+                ctx.status[request.id] = "SCHEDULED"
+                return
+            placer.undo()
+            shape.failure = placer.failure or ("no node fits: the gang step refused it", True)
+        reason, resolvable = shape.failure
+        self._wait(request, r.NO_FIT if resolvable else r.UNSCHEDULABLE, reason)
+        if resolvable and pipeline.sequencer.blocks(request, ctx):
+            self.blocker = request
+
+    def _shape(self, request: SessionRequest) -> Shape:
+        keys = tuple(f.key(request) for f in self.pipeline.filters)
+        key = (keys, request.cluster_size)
+        shape = self.shapes.get(key)
+        if shape is None:
+            static_key = keys[: len(self.pipeline.static_filters)]
+            shape = Shape(key, static_key, request, self.slots, self.device_slots)
+            self.shapes[key] = shape
+        return shape
+
+    def _wait(self, request: SessionRequest, code: str, reason: str) -> None:
+        self.result.waiting[request.id] = reason
+        self.result.codes[request.id] = code
+
+
+# ---- helpers --------------------------------------------------------------------------
+def _invalid(request: SessionRequest, checked: dict[ResourceSlots, str | None]) -> str | None:
+    """Why a request cannot be scheduled as given (the gateway validates earlier too)."""
+    if request.cluster_size < 1:
+        return f"cluster_size must be at least 1 (got {request.cluster_size})"
+    if not 0 <= request.priority <= 100:
+        return f"priority {request.priority} is outside 0-100"
+    requested = request.requested
+    try:
+        if requested in checked:  # a few distinct requests, thousands of sessions
+            return checked[requested]
+    except TypeError:  # a signalling NaN cannot even be hashed
+        return _bad_amount(requested)
+    why = checked[requested] = _bad_amount(requested)
+    return why
+
+
+def _bad_amount(requested: ResourceSlots) -> str | None:
+    for slot, amount in requested.items():
+        if not amount.is_finite() or amount < 0:
+            return f"{slot} must be a finite amount of at least 0 (got {amount})"
+    return None
+
+
+def _amounts(
+    snapshot: Snapshot,
+    nodes: list[NodeState],
+    pending: list[SessionRequest],
+    share_quantum: Decimal,
+) -> dict[str, set[Decimal]]:
+    """Every distinct slot amount of the pass, so that the slot table covers them all."""
+    values: dict[str, set[Decimal]] = {}
+
+    def add(slots: Mapping[str, Decimal]) -> None:
+        for name, value in slots.items():
+            found = values.get(name)
+            if found is None:
+                values[name] = {value}
+            else:
+                found.add(value)
+
+    for node in nodes:
+        add(node.capacity)
+        add(node.used)
+        _device_amounts(node, values, share_quantum)
+    for requested in {s.requested for s in pending}:
+        add(requested)
+    for source in (snapshot.user_usage, snapshot.project_usage):
+        for usage in source.values():
+            add(usage.slots)
+    for limits in (*snapshot.user_limits.values(), *snapshot.project_limits.values()):
+        if limits.max_slots:
+            add(limits.max_slots)
+    if snapshot.cluster_capacity is not None:
+        add(snapshot.cluster_capacity)
+    return values
+
+
+def _device_amounts(
+    node: NodeState, values: dict[str, set[Decimal]], share_quantum: Decimal
+) -> None:
+    slot, found = "", set[Decimal]()
+    for d in node.devices:
+        if d.slot != slot:
+            slot, found = d.slot, values.setdefault(d.slot, set())
+        found.add(d.capacity)
+        found.add(d.used)
+        quantum = d.quantum
+        found.add(quantum if quantum is not None and quantum > 0 else share_quantum)
+
+
+def _add_devices(view: NodeView, slots: SlotTable, share_quantum: Decimal) -> None:
+    devices = view.state.devices
+    if len(devices) > 1:
+        devices = sorted(devices, key=lambda d: d.id)
+    units = slots.units
+    for state in devices:
+        i = slots.index[state.slot]
+        group = view.devs.get(i)
+        if group is None:
+            whole = (
+                state.unit or ("device" if state.slot.endswith(".device") else "share")
+            ) == "device"
+            q = state.quantum if state.quantum is not None and state.quantum > 0 else None
+            quantum = units(i, q or (_ONE if whole else share_quantum))
+            group = view.devs[i] = DeviceGroup(state.slot, i, whole, quantum, units(i, _ONE))
+        group.add(DeviceView(state, units(i, state.capacity), units(i, state.used)))
+
+
+def _blame(exc: BaseException, pipeline: Pipeline) -> str:
+    """The plugin whose code raised (the deepest plugin frame), or "planner"."""
+    plugins = {id(instance): name for name, instance in pipeline.plugins()}
+    blamed = "planner"
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and id(owner) in plugins:
+            blamed = plugins[id(owner)]
+        tb = tb.tb_next
+    return blamed

@@ -1,0 +1,321 @@
+"""Finding a node for one container: eligible nodes, a sample of feasible ones, the best.
+
+::
+
+    all nodes (by id) ──static filters, once per pass per key──▶ eligible nodes
+    eligible ──offer every slot asked (once per key and slot set)──▶ the shape's pool
+    pool, from the shape's cursor ──dynamic filters──▶ first K feasible nodes
+    K feasible ──scorers (weighted sum; ties: lowest id)──▶ the node
+    none feasible ──every eligible node checked again, in detail──▶
+        "no node fits: 5 nodes lack cpu (largest free 1.5), 2 draining"
+
+K is ``sample_size`` (kube-scheduler's numFeasibleNodesToFind, Nomad's limit
+iterator): a search stops after K feasible nodes instead of scoring thousands. With
+K >= the group size every feasible node is scored and the choice is exact.
+
+Within a pass room is only ever taken, so a node that refused a shape keeps refusing
+it (dynamic filters must be monotonic this way): each shape remembers the pool
+positions that refused it and skips them in near-constant time (``Shape.skip``, a
+"next alive position" array with path compression, as in union-find). A search costs
+about K checks plus the new refusals, and every node refuses a shape at most once per
+pass. Where a search starts is the shape's cursor:
+
+* "sticky" (packing): the cursor stays on the first feasible node found, so the node
+  being filled stays in the sample until it is full; every node before the cursor has
+  refused, so a search never wraps around.
+* "rotate" (spreading): the cursor moves past the last node looked at, so each search
+  sees new nodes.
+
+While a gang holds containers it has not committed, refusals are not remembered (the
+room may come back when the gang gives up). A failed search explains itself by checking
+every eligible node again with ``ctx.explaining`` set; that happens once per shape per
+pass, since the planner caches the failure on the shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from decimal import Decimal
+from typing import NamedTuple
+
+from plugins.scheduling import reasons as r
+from plugins.scheduling.devices import allocate, could_fit, pin
+from plugins.scheduling.pipeline import Pipeline
+from plugins.scheduling.reasons import Rejection, Tally
+from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
+from plugins.scheduling.types import KernelPlacement, SessionRequest
+
+__all__ = ["Reserved", "Search"]
+
+_TAKEN = Rejection(r.TAKEN)
+
+
+class Reserved(NamedTuple):
+    """One container's hold on a node, enough to give it back exactly."""
+
+    node: NodeView
+    shape: Shape
+    devices: list[tuple[DeviceGroup, DeviceView, int]]
+    pinned: tuple[int, list[int]] | None  # (NUMA node, cpus)
+    last_pick: int
+    kernel: KernelPlacement
+
+
+class Search:
+    """Node search for the containers of one pass (see the module docstring)."""
+
+    def __init__(self, pipeline: Pipeline, ctx: PassContext, nodes: list[NodeView]) -> None:
+        self.ctx = ctx
+        self.nodes = nodes
+        self.static = pipeline.static_filters
+        self.dynamic = pipeline.dynamic_filters
+        self.scorers = [(s, w) for s, w in pipeline.scorers if w > 0]
+        self.sample = pipeline.config.sample_size or max(1, len(nodes))
+        self.sticky = pipeline.scan == "sticky"
+        self._eligible: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
+        self._pools: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
+
+    # -- which nodes to look at ---------------------------------------------------------
+    def eligible(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
+        """Nodes the static filters let in for this shape, and why the others were not."""
+        found = self._eligible.get(shape.static_key)
+        if found is None:
+            ok: list[NodeView] = []
+            rejected: list[Rejection] = []
+            ctx, static = self.ctx, self.static
+            for node in self.nodes:
+                for f in static:
+                    rejection = f.check(node, shape, ctx)
+                    if rejection is not None:
+                        rejected.append(rejection)
+                        break
+                else:
+                    ok.append(node)
+            found = self._eligible[shape.static_key] = (ok, rejected)
+        return found
+
+    def offering(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
+        """Eligible nodes that offer every slot the shape asks, and the others' rejections."""
+        key = (shape.static_key, shape.slot_set)
+        found = self._pools.get(key)
+        if found is None:
+            asked = shape.slot_set
+            names = self.ctx.slots.names
+            pool: list[NodeView] = []
+            missing: list[Rejection] = []
+            for node in self.eligible(shape)[0]:
+                if asked <= node.kinds:
+                    pool.append(node)
+                else:
+                    lacking = next(i for i, _ in shape.need if i not in node.kinds)
+                    missing.append(Rejection(r.NO_SLOT, names[lacking]))
+            found = self._pools[key] = (pool, missing)
+        return found
+
+    # -- searching ----------------------------------------------------------------------
+    def candidates(self, shape: Shape, exclude: frozenset[str], remember: bool) -> list[NodeView]:
+        """Up to ``sample_size`` feasible nodes, from the shape's cursor onwards.
+
+        *remember*: refusals may be remembered (no uncommitted containers are held).
+        """
+        pool = shape.pool
+        if pool is None:
+            pool = shape.pool = self.offering(shape)[0]
+            shape.skip = list(range(len(pool) + 1))
+        if not pool:
+            return []
+        if self.sticky:
+            return self._sticky(shape, pool, exclude, remember)
+        return self._rotate(shape, pool, exclude, remember)
+
+    def _sticky(
+        self, shape: Shape, pool: list[NodeView], exclude: frozenset[str], remember: bool
+    ) -> list[NodeView]:
+        """Forward from the cursor; every position before it refuses the shape for good."""
+        ctx, dynamic, want = self.ctx, self.dynamic, self.sample
+        skip = shape.skip
+        assert skip is not None
+        found: list[NodeView] = []
+        n, first = len(pool), -1
+        pos = _alive(skip, shape.cursor)
+        while pos < n:
+            node = pool[pos]
+            if not (exclude and node.id in exclude):
+                for f in dynamic:
+                    if f.check(node, shape, ctx) is not None:
+                        if remember:
+                            skip[pos] = pos + 1
+                        break
+                else:
+                    if first < 0:
+                        first = pos
+                    found.append(node)
+                    if len(found) >= want:
+                        break
+            pos = _alive(skip, pos + 1)
+        if not exclude:  # a skipped (excluded) node may still take the next session
+            # before `first` every node refused; with uncommitted containers held, the
+            # gang's undo puts the cursor back (see planner._Placer)
+            shape.cursor = first if first >= 0 else n
+        return found
+
+    def _rotate(
+        self, shape: Shape, pool: list[NodeView], exclude: frozenset[str], remember: bool
+    ) -> list[NodeView]:
+        """Around the pool from the cursor, then past the last node looked at."""
+        ctx, dynamic, want = self.ctx, self.dynamic, self.sample
+        skip = shape.skip
+        assert skip is not None
+        found: list[NodeView] = []
+        n = len(pool)
+        start = shape.cursor % n
+        last, wrapped = start - 1, False
+        pos = _alive(skip, start)
+        while True:
+            if pos >= n:
+                if wrapped:
+                    break
+                wrapped, pos = True, _alive(skip, 0)
+                continue
+            if wrapped and pos >= start:
+                break
+            node = pool[pos]
+            if not (exclude and node.id in exclude):
+                last = pos
+                for f in dynamic:
+                    if f.check(node, shape, ctx) is not None:
+                        if remember:
+                            skip[pos] = pos + 1
+                        break
+                else:
+                    found.append(node)
+                    if len(found) >= want:
+                        break
+            pos = _alive(skip, pos + 1)
+        shape.cursor = last + 1
+        return found
+
+    def best(self, nodes: list[NodeView], shape: Shape) -> NodeView:
+        """The highest weighted score; equal scores go to the lowest node id."""
+        if len(nodes) == 1 or not self.scorers:
+            return min(nodes, key=lambda n: n.order)
+        totals = [0.0] * len(nodes)
+        for scorer, weight in self.scorers:
+            scores = scorer.score(nodes, shape, self.ctx)
+            if len(scores) != len(nodes):
+                raise ValueError(
+                    f"scorer {scorer.name} returned {len(scores)} scores for {len(nodes)} nodes"
+                )
+            for j, value in enumerate(scores):
+                totals[j] += weight * value
+        best = 0
+        for j in range(1, len(nodes)):
+            if totals[j] > totals[best] or (
+                totals[j] == totals[best] and nodes[j].order < nodes[best].order
+            ):
+                best = j
+        return nodes[best]
+
+    def explain(self, shape: Shape, exclude: frozenset[str]) -> tuple[str, bool]:
+        """Why no eligible node takes the shape now, and whether one ever could."""
+        tally = Tally()
+        for rejection in self.eligible(shape)[1]:
+            tally.add(rejection)
+        pool, missing = self.offering(shape)
+        for rejection in missing:
+            tally.add(rejection)
+        ctx, dynamic = self.ctx, self.dynamic
+        resolvable, too_big = False, True
+        ctx.explaining = True
+        try:
+            for node in pool:
+                if node.id in exclude:
+                    tally.add(_TAKEN)
+                else:
+                    for f in dynamic:
+                        refused = f.check(node, shape, ctx)
+                        if refused is not None:
+                            tally.add(refused)
+                            break
+                if not resolvable:
+                    never = _never(node, shape)
+                    resolvable = never is None
+                    too_big = too_big and never == "size"
+        finally:
+            ctx.explaining = False
+        if not len(tally):
+            group = shape.request.resource_group
+            return f"resource group {group} has no nodes", False
+        text = tally.text()
+        if pool and not resolvable and too_big:
+            text += " (too big for every node)"
+        return text, resolvable
+
+    # -- holding and giving back room ---------------------------------------------------
+    def reserve(self, node: NodeView, shape: Shape, request: SessionRequest) -> Reserved:
+        """Take one container's room on *node* (a node the dynamic filters just passed)."""
+        free = node.free
+        for i, units in shape.need:
+            free[i] -= units
+        chosen: list[tuple[DeviceGroup, DeviceView, int]] = []
+        devices: dict[str, dict[str, Decimal]] = {}
+        for i, units in shape.dev_need:
+            group = node.devs.get(i)
+            if group is None:
+                continue
+            picked = allocate(group, units, node, shape.cores)
+            if picked is None:
+                raise RuntimeError(
+                    f"node {node.id} passed the filters but has no devices "
+                    f"for {group.slot}; is the fits filter configured?"
+                )
+            for device, amount in picked:
+                group.take(device, amount)
+                chosen.append((group, device, amount))
+            devices[group.slot] = {d.id: self.ctx.amount(i, a) for d, a in picked}
+        pinned = None
+        if chosen and node.state.numa_cpus:
+            pinned = pin(node, [(d, a) for _, d, a in chosen], shape.cores)
+        last = node.last_pick
+        node.last_pick = self.ctx.picks
+        self.ctx.picks += 1
+        cpuset = list(pinned[1]) if pinned else None
+        kernel = KernelPlacement(node.id, request.requested, devices, cpuset)
+        return Reserved(node, shape, chosen, pinned, last, kernel)
+
+    @staticmethod
+    def release(held: Reserved) -> None:
+        """Undo :meth:`reserve` exactly."""
+        free = held.node.free
+        for i, units in held.shape.need:
+            free[i] += units
+        for group, device, amount in held.devices:
+            group.give(device, amount)
+        if held.pinned:
+            held.node.give_cores(*held.pinned)
+        held.node.last_pick = held.last_pick
+
+
+def _alive(skip: list[int], pos: int) -> int:
+    """The first position at or after *pos* not known to refuse (path-compressing)."""
+    root = pos
+    while skip[root] != root:
+        root = skip[root]
+    while skip[pos] != root:
+        skip[pos], pos = root, skip[pos]
+    return root
+
+
+def _never(node: NodeView, shape: Shape) -> str | None:
+    """Why the container would not fit this node even if nothing ran on it (or None)."""
+    cap = node.cap
+    for i, units in shape.need:
+        if cap[i] < units:
+            return "size"
+    for i, units in shape.dev_need:
+        group = node.devs.get(i)
+        if group is not None:
+            why = could_fit(group, units)
+            if why is not None:
+                return why
+    return None

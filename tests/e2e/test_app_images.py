@@ -1,0 +1,150 @@
+"""The interactive app images of scripts/build-test-images.sh serve what their label says.
+
+Each image runs in rootless Podman through the podman runtime with its default command
+and the port named by its ``jobgate.service-ports`` label published on 127.0.0.1, as a
+session of the app proxy's would. A user would notice each of these: the web terminal
+gives a shell in the session's working directory and refuses pages from other sites;
+code-server answers its health check and serves the workbench.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+from podman import PodmanClient
+from websockets.typing import Origin
+
+from plugins.runtimes.base import KernelHandle, KernelSpec, RuntimeContext, ServicePort
+from plugins.runtimes.podman import PodmanRuntime, PodmanSettings
+from plugins.runtimes.podman.spec import parse_ports_label
+
+pytestmark = pytest.mark.podman
+
+CODESERVER = "localhost/jobgate-codeserver:latest"
+TERMINAL = "localhost/jobgate-terminal:latest"
+
+
+def image_ports(socket: str, image: str) -> list[ServicePort]:
+    """The image's ``jobgate.service-ports`` label, read back; missing image -> skip/fail."""
+    with PodmanClient(base_url=socket) as client:
+        if not client.images.exists(image):
+            what = f"no {image} (run scripts/build-test-images.sh)"
+            if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
+                pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
+            pytest.skip(what)
+        labels = client.images.get(image).labels or {}
+    return parse_ports_label(labels.get("jobgate.service-ports", ""))
+
+
+@pytest.fixture
+async def runtime(podman_socket: str) -> AsyncIterator[PodmanRuntime]:
+    """A podman runtime for a node of this test's own; its containers go afterwards."""
+    node = f"e2e-apps-{uuid.uuid4().hex[:10]}"
+    rt = PodmanRuntime(
+        PodmanSettings(socket=podman_socket), RuntimeContext(node, Path("/nonexistent"))
+    )
+    try:
+        yield rt
+    finally:
+        for handle in await rt.list_kernels():
+            with contextlib.suppress(Exception):
+                await rt.remove(handle)
+        await rt.close()
+
+
+async def start_app(rt: PodmanRuntime, image: str, workdir: str | None = None) -> KernelHandle:
+    spec = KernelSpec(
+        kernel_id=str(uuid.uuid4()),
+        session_id=str(uuid.uuid4()),
+        node_id=rt.context.node_id,
+        command=[],  # the image's own
+        image=image,
+        workdir=workdir,
+        ports=image_ports(rt.settings.socket, image),
+    )
+
+    async def progress(message: str) -> None:
+        pass
+
+    await rt.prepare(spec, progress)
+    return await rt.start(spec)
+
+
+async def get_when_up(url: str, timeout: float = 90.0) -> httpx.Response:
+    """GET *url* once the app listens (connection errors until then)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with httpx.AsyncClient(timeout=10, follow_redirects=True) as client:
+        while True:
+            try:
+                return await client.get(url)
+            except httpx.TransportError:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    ("image", "port"),
+    [
+        pytest.param(CODESERVER, ServicePort("code-server", "http", 8080), id="code-server"),
+        pytest.param(TERMINAL, ServicePort("terminal", "http", 7681), id="terminal"),
+    ],
+)
+def test_image_names_its_app_port(podman_socket: str, image: str, port: ServicePort) -> None:
+    assert image_ports(podman_socket, image) == [port]
+
+
+@pytest.fixture
+async def rt_terminal(runtime: PodmanRuntime) -> KernelHandle:
+    """The terminal image, started in /srv/work (created by the runtime)."""
+    return await start_app(runtime, TERMINAL, workdir="/srv/work")
+
+
+async def test_terminal_gives_a_shell_in_the_working_directory(rt_terminal: KernelHandle) -> None:
+    base = f"127.0.0.1:{rt_terminal.ports['terminal']}/s/some-session/terminal"
+    page = await get_when_up(f"http://{base}/")
+    assert page.status_code == 200
+    assert "new Terminal(" in page.text  # the client comes with the page, no CDN
+    output = ""
+    async with websockets.connect(f"ws://{base}/websocket") as ws, asyncio.timeout(30):
+        await ws.send(json.dumps(["set_size", 24, 80]))
+        await ws.send(json.dumps(["stdin", "echo answer-$((6*7)); pwd\r"]))
+        while "answer-42\r\n/srv/work\r\n" not in output:
+            kind, *rest = json.loads(await ws.recv())
+            if kind == "stdout":
+                output += rest[0]
+
+
+async def test_terminal_refuses_websockets_from_other_sites(rt_terminal: KernelHandle) -> None:
+    base = f"127.0.0.1:{rt_terminal.ports['terminal']}"
+    await get_when_up(f"http://{base}/")
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(
+            f"ws://{base}/websocket", origin=Origin("https://evil.example")
+        ):
+            pass
+    assert refused.value.response.status_code == 403
+    async with websockets.connect(f"ws://{base}/websocket", origin=Origin(f"http://{base}")) as ws:
+        assert json.loads(await ws.recv()) == ["setup", {}]
+
+
+async def test_codeserver_serves_the_workbench(runtime: PodmanRuntime) -> None:
+    handle = await start_app(runtime, CODESERVER, workdir="/srv/project")
+    base = f"http://127.0.0.1:{handle.ports['code-server']}"
+    health = await get_when_up(f"{base}/healthz")
+    assert health.status_code == 200
+    assert health.json()["status"] in ("alive", "expired")
+    workbench = await get_when_up(f"{base}/")
+    assert workbench.status_code == 200
+    assert "vscode-workbench-web-configuration" in workbench.text
+    assert "/srv/project" in str(workbench.url)  # it opened the session's working directory

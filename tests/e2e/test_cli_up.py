@@ -1,0 +1,118 @@
+"""The README's promise, end to end: `jobgate up`, then `jobgate run` from another shell.
+
+Real processes only: `jobgate up` with its private Redis and SQLite in a temp data dir,
+the `jobgate` CLI reading the profile `up` wrote.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from up_harness import UpStack, port_open, processes_of
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[UpStack]:
+    stack = UpStack(tmp_path)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
+def test_run_prints_output_and_exits_with_the_jobs_code(up: UpStack) -> None:
+    ok = up.cli("run", "--", "python3", "-c", "print(6*7)")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "42\n"
+    failing = up.cli("run", "--", "sh", "-c", "echo to-err >&2; exit 3")
+    assert failing.returncode == 3
+    assert "to-err" in failing.stderr
+    assert failing.stdout == ""
+
+
+def test_up_writes_a_profile_and_says_where_the_api_is(up: UpStack) -> None:
+    text = up.output()
+    assert f"API: http://127.0.0.1:{up.port}" in text
+    assert "runtime    process" in text
+    assert up.config.stat().st_mode & 0o077 == 0  # the admin key is not world-readable
+    assert 'api_key = "jg_' in up.config.read_text()
+
+
+def test_detach_ls_show_logs_rm(up: UpStack) -> None:
+    started = up.cli(
+        "run", "--detach", "--name", "ticker", "--", "sh", "-c", "echo tick; sleep 60", check=True
+    )
+    session_id = started.stdout.strip()
+    assert len(session_id) == 36  # --detach prints the id and nothing else
+    up.wait_status(session_id, {"RUNNING"})
+    listed = up.cli_json("sessions", "ls")["items"]
+    assert [s["id"] for s in listed] == [session_id]
+    table = up.cli("sessions", "ls", check=True).stdout
+    assert session_id[:8] in table
+    assert "RUNNING" in table
+    deadline = time.monotonic() + 20
+    while "tick" not in up.cli("sessions", "logs", session_id[:8]).stdout:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    up.cli("sessions", "rm", "ticker", check=True)  # by name
+    shown = up.wait_status(session_id, {"TERMINATED"})
+    assert shown["exit_code"] == 143
+    assert [h["to_status"] for h in shown["history"]][-2:] == ["TERMINATING", "TERMINATED"]
+    text = up.cli("sessions", "show", session_id[:6], check=True).stdout
+    for field in ("status", "reason", "exit code", "node", "resources", "history"):
+        assert field in text
+    (node,) = up.cli_json("nodes", "ls")
+    assert node["status"] == "ready"
+    assert node["runtime"] == "process"
+    assert node["limits_enforced"] is False
+
+
+def test_ctrl_c_cancels_the_session(up: UpStack) -> None:
+    with up.popen("run", "--", "sh", "-c", "echo started; sleep 60") as run:
+        assert run.stdout is not None
+        assert run.stdout.readline() == "started\n"
+        run.send_signal(signal.SIGINT)
+        code = run.wait(30)
+    (session,) = up.cli_json("sessions", "ls")["items"]
+    assert session["status"] == "TERMINATED"
+    assert code == session["exit_code"] == 143
+
+
+def test_bad_input_is_a_clear_error(up: UpStack) -> None:
+    bad = up.cli("run", "--cpu", "-1", "--", "true")
+    assert bad.returncode == 1
+    assert "must not be negative" in bad.stderr
+    assert "resources.cpu" in bad.stderr
+    assert up.cli_json("sessions", "ls")["items"] == []
+
+
+def test_stop_leaves_nothing_behind_and_restart_keeps_everything(tmp_path: Path) -> None:
+    first = UpStack(tmp_path)
+    first.start()
+    try:
+        done = first.cli("run", "--name", "kept", "--", "sh", "-c", "echo remembered", check=True)
+        assert done.stdout == "remembered\n"
+        running = first.cli("run", "--detach", "--", "sleep", "300", check=True).stdout.strip()
+        first.wait_status(running, {"RUNNING"})
+    finally:
+        code = first.stop(signal.SIGTERM)
+    assert code == 0
+    assert processes_of(first.data_dir) == []  # gateway, scheduler, worker, redis, jobs
+    assert not port_open(first.port)
+    assert not (first.data_dir / "redis.sock").exists()
+
+    second = UpStack(tmp_path, port=first.port, proxy_port=first.proxy_port)
+    second.start()
+    try:
+        sessions = {s["name"] or s["id"]: s for s in second.cli_json("sessions", "ls")["items"]}
+        assert sessions["kept"]["status"] == "SUCCEEDED"
+        assert second.cli("sessions", "logs", "kept", check=True).stdout == "remembered\n"
+        stopped = sessions[running]
+        assert stopped["status"] == "TERMINATED"  # `up` stopped it with the stack
+    finally:
+        second.stop()

@@ -1,0 +1,312 @@
+"""A factory for real jobgate stacks inside one test's event loop.
+
+The gateway is a real uvicorn server on a random port (tests talk to it with a real
+HTTP client), the scheduler and workers are the real components as asyncio tasks, and
+the database and Redis are the real services from ``tests/conftest.py``. Components can
+be stopped and started again mid-test (gateway restart, worker restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from pydantic import SecretStr
+
+from gateway.app import create_app
+from gateway.bootstrap import ensure_admin_key, ensure_default_group
+from gateway.config import GatewaySettings
+from gateway.db.engine import create_engine, create_session_factory
+from gateway.scheduler.runner import run_scheduler
+from workers.agent import Agent
+from workers.config import WorkerSettings
+
+__all__ = ["Stack", "free_port"]
+
+NODE_TOKEN = "jgn_test-node-token"
+TERMINAL = {"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class WorkerHandle:
+    settings: WorkerSettings
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(self.task, 60)
+
+
+@dataclass
+class WorkerProcess:
+    """``jobgate worker run`` as a real process: it can be killed -9 and started again."""
+
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    async def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def terminate(self, timeout: float = 60.0) -> int:
+        if self.proc.returncode is None:
+            self.proc.terminate()
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            self.proc.kill()
+            return await self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class Stack:
+    database_url: str
+    redis_url: str
+    tmp: Path
+    settings: GatewaySettings = field(init=False)
+    admin_key: str = ""
+    port: int = 0
+    _server: uvicorn.Server | None = None
+    _server_task: asyncio.Task[None] | None = None
+    _schedulers: list[asyncio.Task[None]] = field(default_factory=list)
+    workers: list[WorkerHandle] = field(default_factory=list)
+    processes: list[WorkerProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.settings = GatewaySettings(
+            data_dir=self.tmp,
+            database_url=self.database_url,
+            redis_url=self.redis_url,
+            node_token=SecretStr(NODE_TOKEN),
+            proxy_secret=SecretStr("test-proxy-secret"),
+            tick_interval_s=1.0,
+            requeue_after_s=3.0,
+            heartbeat_ttl_s=3.0,
+            api_key_cache_s=0.0,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def bootstrap(self) -> None:
+        engine = create_engine(self.settings.effective_database_url)
+        try:
+            async with create_session_factory(engine)() as db, db.begin():
+                await ensure_default_group(db)
+                self.admin_key = await ensure_admin_key(db)
+        finally:
+            await engine.dispose()
+
+    async def start_gateway(self) -> None:
+        config = uvicorn.Config(
+            create_app(self.settings),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+        )
+        self._server = uvicorn.Server(config)
+        self._server_task = asyncio.create_task(self._server.serve())
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if self._server_task.done():
+                self._server_task.result()
+            if time.monotonic() > deadline:
+                raise TimeoutError("gateway did not start")
+            await asyncio.sleep(0.01)
+
+    async def stop_gateway(self) -> None:
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            await asyncio.wait_for(self._server_task, 30)
+            self._server = None
+
+    def start_scheduler(self) -> None:
+        self._schedulers.append(
+            asyncio.create_task(run_scheduler(self.settings, handle_signals=False))
+        )
+
+    async def stop_schedulers(self) -> None:
+        for task in self._schedulers:
+            task.cancel()
+        await asyncio.gather(*self._schedulers, return_exceptions=True)
+        self._schedulers.clear()
+
+    async def start_worker(self, node_id: str = "n1", **overrides: Any) -> WorkerHandle:
+        values: dict[str, Any] = {
+            "redis_url": self.redis_url,
+            "gateway_url": self.url,
+            "node_token": SecretStr(NODE_TOKEN),
+            "data_dir": self.tmp,
+            "node_id": node_id,
+            "worker_runtime": "process",
+            "worker_cpu": "4",
+            "worker_mem": "8g",
+            "heartbeat_interval_s": 0.5,
+            "heartbeat_ttl_s": 3.0,
+            "stop_grace_s": 2.0,
+        } | overrides
+        settings = WorkerSettings(**values)
+        stop = asyncio.Event()
+        ready = asyncio.Event()
+        task = asyncio.create_task(Agent(settings).run(stop, on_ready=ready.set))
+        waiter = asyncio.ensure_future(ready.wait())
+        await asyncio.wait({task, waiter}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done():
+            task.result()
+        handle = WorkerHandle(settings, stop, task)
+        self.workers.append(handle)
+        await self.wait_nodes({n for n in _node_ids(settings)})
+        return handle
+
+    async def start_worker_process(self, node_id: str = "n1", **env: str) -> WorkerProcess:
+        """A worker in its own process (settings as JOBGATE_* variables in *env*)."""
+        values = {
+            "JOBGATE_REDIS_URL": self.redis_url,
+            "JOBGATE_GATEWAY_URL": self.url,
+            "JOBGATE_NODE_TOKEN": NODE_TOKEN,
+            "JOBGATE_DATA_DIR": str(self.tmp),
+            "JOBGATE_NODE_ID": node_id,
+            "JOBGATE_WORKER_RUNTIME": "process",
+            "JOBGATE_WORKER_CPU": "4",
+            "JOBGATE_WORKER_MEM": "8g",
+            "JOBGATE_HEARTBEAT_INTERVAL_S": "0.5",
+            "JOBGATE_HEARTBEAT_TTL_S": "3",
+            "JOBGATE_STOP_GRACE_S": "2",
+        } | env
+        log_path = self.tmp / f"worker-{node_id}-{len(self.processes)}.log"
+        with log_path.open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "jobgate",
+                "worker",
+                "run",
+                env=os.environ | values,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        handle = WorkerProcess(proc, log_path)
+        self.processes.append(handle)
+        try:
+            await self.wait_nodes({node_id})
+        except AssertionError:
+            raise AssertionError(f"worker {node_id} did not register:\n{handle.log()}") from None
+        return handle
+
+    async def close(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(Exception):
+                await process.terminate()
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                await worker.close()
+        await self.stop_schedulers()
+        await self.stop_gateway()
+
+    # -- API helpers ------------------------------------------------------------------
+    def client(self, key: str | None = None) -> httpx.AsyncClient:
+        key = self.admin_key if key is None else key
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
+
+    async def create_user(self, name: str, role: str = "user") -> str:
+        async with self.client() as api:
+            r = await api.post("/v1/users", json={"name": name, "role": role})
+            assert r.status_code == 201, r.text
+            r = await api.post(f"/v1/users/{name}/keys", json={"name": "test"})
+            assert r.status_code == 201, r.text
+            key: str = r.json()["key"]
+            return key
+
+    async def submit(self, key: str | None = None, **body: Any) -> dict[str, Any]:
+        body.setdefault("resources", {"cpu": "0.1", "mem": "64m"})
+        async with self.client(key) as api:
+            r = await api.post("/v1/sessions", json=body)
+            assert r.status_code == 201, r.text
+            session: dict[str, Any] = r.json()
+            return session
+
+    async def get(self, session_id: str, key: str | None = None) -> dict[str, Any]:
+        async with self.client(key) as api:
+            r = await api.get(f"/v1/sessions/{session_id}")
+            assert r.status_code == 200, r.text
+            session: dict[str, Any] = r.json()
+            return session
+
+    async def wait_status(
+        self, session_id: str, statuses: Iterable[str], timeout: float = 30.0
+    ) -> dict[str, Any]:
+        wanted = set(statuses)
+        deadline = time.monotonic() + timeout
+        session: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            session = await self.get(session_id)
+            if session["status"] in wanted:
+                return session
+            if session["status"] in TERMINAL:
+                break
+            await asyncio.sleep(0.05)
+        raise AssertionError(
+            f"session {session_id} is {session.get('status')} ({session.get('status_reason')}, "
+            f"pending: {session.get('pending_reason')}), wanted {sorted(wanted)}"
+        )
+
+    async def logs(self, session_id: str, key: str | None = None) -> str:
+        async with self.client(key) as api:
+            r = await api.get(f"/v1/sessions/{session_id}/logs")
+            assert r.status_code == 200, r.text
+            return r.text
+
+    async def wait_output(self, session_id: str, text: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        output = ""
+        while time.monotonic() < deadline:
+            output = await self.logs(session_id)
+            if text in output:
+                return output
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{text!r} not in the output of {session_id}: {output!r}")
+
+    async def wait_nodes(self, node_ids: set[str], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        async with self.client() as api:
+            while time.monotonic() < deadline:
+                nodes = (await api.get("/v1/nodes")).json()["items"]
+                ready = {n["id"] for n in nodes if n["status"] == "ready"}
+                if node_ids <= ready:
+                    return
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"nodes {sorted(node_ids)} did not become ready")
+
+
+def _node_ids(settings: WorkerSettings) -> list[str]:
+    if settings.sim_nodes:
+        return [f"{settings.node_id}-{i:04d}" for i in range(settings.sim_nodes)]
+    return [settings.node_id]

@@ -1,0 +1,94 @@
+"""CLI pieces: SSE parsing, request building, and the exit code `jobgate run` returns."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from jobgate.client import iter_sse
+from jobgate.commands.run import EXIT_CANCELLED, EXIT_ERROR, _exit_code, build_request
+
+
+def test_sse_frames_keepalives_and_multiline_data() -> None:
+    lines = [
+        "event: status",
+        'data: {"status": "PENDING"}',
+        "",
+        ": keepalive",
+        "",
+        "event: log",
+        'data: {"stream": "stdout",',
+        'data: "data": "hi"}',
+        "",
+        "event: end",
+        'data: {"status": "SUCCEEDED", "exit_code": 0}',
+        "",
+    ]
+    assert list(iter_sse(iter(lines))) == [
+        ("status", {"status": "PENDING"}),
+        ("log", {"stream": "stdout", "data": "hi"}),
+        ("end", {"status": "SUCCEEDED", "exit_code": 0}),
+    ]
+
+
+def _request(**kw: object) -> dict[str, object]:
+    base: dict[str, object] = dict(
+        image=None,
+        cpu=None,
+        mem=None,
+        resources=[],
+        env=[],
+        name=None,
+        interactive=False,
+        mounts=[],
+        priority=None,
+        resource_group=None,
+        project=None,
+        depends_on=[],
+        starts_at=None,
+        constraints=[],
+    )
+    return build_request(["python3", "-c", "print(1)"], **(base | kw))  # type: ignore[arg-type]
+
+
+def test_build_request_maps_flags_to_the_api_body() -> None:
+    body = _request(
+        cpu="2",
+        mem="4g",
+        resources=["cuda.shares=0.5"],
+        env=["A=1", "B=x=y"],
+        mounts=["/data:/mnt:ro"],
+        priority=80,
+    )
+    assert body == {
+        "type": "batch",
+        "command": ["python3", "-c", "print(1)"],
+        "resources": {"cuda.shares": "0.5", "cpu": "2", "mem": "4g"},
+        "env": {"A": "1", "B": "x=y"},
+        "priority": 80,
+        "mounts": [{"source": "/data", "target": "/mnt", "read_only": True}],
+    }
+
+
+def test_bad_flags_are_usage_errors() -> None:
+    from jobgate.client import ApiError
+
+    with pytest.raises(ApiError, match="KEY=VALUE"):
+        _request(env=["NOVALUE"])
+    with pytest.raises(typer.BadParameter, match="SRC:DST"):
+        _request(mounts=["/only-one"])
+
+
+@pytest.mark.parametrize(
+    ("end", "code"),
+    [
+        pytest.param({"status": "SUCCEEDED", "exit_code": 0}, 0, id="ok"),
+        pytest.param({"status": "FAILED", "exit_code": 3}, 3, id="job-code"),
+        pytest.param({"status": "TERMINATED", "exit_code": 143}, 143, id="terminated"),
+        pytest.param({"status": "CANCELLED", "exit_code": None}, EXIT_CANCELLED, id="cancelled"),
+        pytest.param({"status": "ERROR", "exit_code": None, "reason": "x"}, EXIT_ERROR, id="error"),
+        pytest.param({}, 1, id="stream-broke"),
+    ],
+)
+def test_exit_codes(end: dict[str, object], code: int) -> None:
+    assert _exit_code(end, cancelled_by_us=False) == code

@@ -1,0 +1,416 @@
+"""The node daemon: ``jobgate worker run``.
+
+::
+
+    register (NodeInfo + the kernels it found) ──▶ events queue ──▶ gateway
+    heartbeat every few seconds ──────────────▶ Redis key with TTL
+    node queue ──▶ start_kernel / stop_kernel ──▶ KernelRun (one task per kernel)
+                                                   └─ events, output ──▶ gateway
+
+Control jobs are short: ``start_kernel`` hands the kernel to its own task and returns,
+so a slow image pull never holds a queue slot. On start the agent re-attaches to every
+kernel its runtime still has, resuming output from the offsets it saved. A sim host
+(``sim_nodes`` > 0) is one agent with many simulated nodes sharing one queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arq.connections import ArqRedis, RedisSettings
+from arq.worker import Worker, func
+
+from plugins.accelerators.base import Reservation, ReservationError
+from plugins.accelerators.node import NodeAccelerators, NodeDevices
+from plugins.common import Mount
+from plugins.loader import RUNTIMES, load_one
+from plugins.resources import ResourceSlots
+from plugins.runtimes.base import KernelSpec, Runtime, RuntimeContext, RuntimeInfo, ServicePort
+from workers import queue as queueing
+from workers.apps import App, apps_from_labels, start_command
+from workers.config import WorkerSettings
+from workers.devices import load_accelerators, registration_fields
+from workers.fingerprint import host_capacity, machine_arch
+from workers.kernel import KernelRun, NodeServices
+from workers.messages import (
+    KernelReport,
+    NodeInfo,
+    StartKernel,
+    StopKernel,
+    WireApp,
+    heartbeat_key,
+    node_queue,
+)
+from workers.metrics import WorkerMetrics
+from workers.queue import json_deserializer, json_serializer
+from workers.reporter import EventReporter
+from workers.shipper import LogClient
+from workers.state import KernelState, StateStore
+
+__all__ = ["Agent", "NodeAgent"]
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+
+
+def build_runtime(name: str, context: RuntimeContext) -> Runtime:
+    factory = load_one(RUNTIMES, name, Runtime)
+    runtime: Runtime = factory(factory.Settings(), context)
+    return runtime
+
+
+class NodeAgent:
+    """One node identity: its runtime, its kernels, its registration."""
+
+    def __init__(
+        self,
+        node_id: str,
+        queue: str,
+        runtime: Runtime,
+        services: NodeServices,
+        settings: WorkerSettings,
+        capacity: ResourceSlots,
+        accelerators: NodeAccelerators | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.queue = queue
+        self.runtime = runtime
+        self.services = services
+        self.settings = settings
+        self.capacity = capacity
+        self.accelerators = accelerators
+        self.devices: NodeDevices | None = None
+        self.kernels: dict[str, KernelRun] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.runtime_info: RuntimeInfo | None = None
+        self.stats: list[dict[str, Any]] = []
+        self.started_at = time.time()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def describe(self) -> NodeInfo:
+        self.runtime_info = info = await self.runtime.info()
+        if self.accelerators is not None:
+            self.devices = await asyncio.to_thread(self.accelerators.fingerprint)
+        capacity = self.capacity + (self.devices.capacity if self.devices else ResourceSlots())
+        return NodeInfo(
+            node_id=self.node_id,
+            hostname=socket.gethostname(),
+            address=self.settings.node_address,
+            queue=self.queue,
+            runtime=info.name,
+            resource_group=self.settings.resource_group,
+            arch=machine_arch(),
+            labels=self.settings.labels,
+            capacity=capacity.to_json(),
+            limits_enforced=info.limits_enforced,
+            cgroup=info.cgroup,
+            runtime_detail=info.detail,
+            version=VERSION,
+            **registration_fields(self.devices, self.settings.numa_sysfs_root),
+            kernels=[
+                KernelReport(
+                    kernel_id=k.state.kernel_id,
+                    session_id=k.state.session_id,
+                    devices=k.state.devices,
+                    cpuset=k.state.cpuset,
+                )
+                for k in self.kernels.values()
+            ],
+            started_at=self.started_at,
+        )
+
+    # -- recovery ---------------------------------------------------------------------
+    async def recover(self) -> None:
+        """Re-attach to the kernels the runtime still has; report the ones that vanished."""
+        saved = self.services.store.load_all()
+        for handle in await self.runtime.list_kernels():
+            state = saved.pop(handle.kernel_id, None) or KernelState(
+                handle.kernel_id, handle.session_id, self.node_id, phase="running"
+            )
+            state.phase = "running"
+            run = KernelRun(self.services, state)
+            run.handle = handle
+            self.kernels[handle.kernel_id] = run
+            self._spawn(self._watch(run))
+            log.info("re-attached to kernel %s", handle.kernel_id)
+        for state in saved.values():
+            run = KernelRun(self.services, state)
+            kind = "lost" if state.phase == "running" else "start_failed"
+            message = (
+                "its container disappeared while the worker was down"
+                if kind == "lost"
+                else "the worker restarted while preparing it"
+            )
+            run._event(kind, message=message)
+            self.services.store.delete(state.kernel_id)
+
+    async def _watch(self, run: KernelRun) -> None:
+        try:
+            await run.watch()
+        finally:
+            self.kernels.pop(run.state.kernel_id, None)
+
+    # -- control jobs -----------------------------------------------------------------
+    def start(self, job: StartKernel) -> None:
+        if job.kernel_id in self.kernels or self.services.store.is_done(job.kernel_id):
+            return  # a repeated job: already running, or it ran here and ended
+        state = KernelState(
+            job.kernel_id, job.session_id, self.node_id, devices=job.devices, cpuset=job.cpuset
+        )
+        run = KernelRun(self.services, state)
+        self.kernels[job.kernel_id] = run
+        self._spawn(self._launch(run, job))
+
+    async def _launch(self, run: KernelRun, job: StartKernel) -> None:
+        try:
+            try:
+                spec = self.spec(job)
+            except ReservationError as exc:
+                run.refuse(f"cannot reserve its devices: {exc}")
+                return
+            await run.launch(spec, functools.partial(self._with_apps, job))
+        finally:
+            self.kernels.pop(job.kernel_id, None)
+
+    def spec(self, job: StartKernel) -> KernelSpec:
+        env = dict(job.env)
+        env.setdefault("JOBGATE_SESSION_ID", job.session_id)
+        env.setdefault("JOBGATE_KERNEL_ID", job.kernel_id)
+        return KernelSpec(
+            kernel_id=job.kernel_id,
+            session_id=job.session_id,
+            node_id=self.node_id,
+            command=list(job.command),
+            image=job.image,
+            env=env,
+            workdir=job.workdir,
+            resources=ResourceSlots.from_json(job.resources),
+            mounts=[Mount(m.source, m.target, m.read_only) for m in job.mounts],
+            ports=[ServicePort(p.name, p.protocol, p.container_port) for p in job.ports],
+            reservation=self._reserve(job),
+            cpuset=job.cpuset,
+        )
+
+    async def _with_apps(
+        self, job: StartKernel, spec: KernelSpec
+    ) -> tuple[KernelSpec, list[WireApp]]:
+        """An interactive session's apps: the registry's, else the image's label."""
+        if job.session_type != "interactive":
+            return spec, []
+        if job.apps:
+            apps = [App(a.name, a.port, a.protocol, a.start, a.strip_prefix) for a in job.apps]
+        elif spec.image:
+            apps = apps_from_labels(await self.runtime.image_labels(spec.image))
+        else:
+            apps = []
+        if not apps:
+            return spec, []
+        command = spec.command or start_command(job.session_id, apps) or []
+        spec = dataclasses.replace(
+            spec, command=command, ports=[*spec.ports, *(a.service_port for a in apps)]
+        )
+        wire = [
+            WireApp(
+                name=a.name,
+                port=a.port,
+                protocol=a.protocol,
+                start=a.start,
+                strip_prefix=a.strip_prefix,
+            )
+            for a in apps
+        ]
+        return spec, wire
+
+    def _reserve(self, job: StartKernel) -> Reservation:
+        if not job.devices:
+            return Reservation()
+        if self.accelerators is None:
+            raise ReservationError("this node has no accelerator plugins")
+        return self.accelerators.reserve(job.devices)
+
+    async def stop(self, job: StopKernel) -> None:
+        run = self.kernels.get(job.kernel_id)
+        if run is None:
+            # never started here (or long gone): tell the gateway, so it can settle it
+            KernelRun(
+                self.services, KernelState(job.kernel_id, job.session_id, self.node_id)
+            )._event("not_started", message="stopped before it started")
+            return
+        self._spawn(run.stop(job.grace))
+
+    async def stop_all(self, grace: float) -> None:
+        runs = list(self.kernels.values())
+        for run in runs:
+            self._spawn(run.stop(grace))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(r.done.wait() for r in runs)), grace + 15.0)
+
+    def heartbeat(self) -> str:
+        info = self.runtime_info
+        return json.dumps(
+            {
+                "node_id": self.node_id,
+                "ts": time.time(),
+                "kernels": sorted(self.kernels),
+                "limits_enforced": info.limits_enforced if info else False,
+                "stats": self.stats,
+            }
+        )
+
+
+class Agent:
+    """Runs one or more NodeAgents until asked to stop."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self.nodes: dict[str, NodeAgent] = {}
+
+    async def run(self, stop: asyncio.Event, on_ready: Callable[[], None] | None = None) -> None:
+        s = self.settings
+        # metrics (workers/metrics.py): the reporter and log client count what they ship;
+        # /metrics is served only when JOBGATE_WORKER_METRICS_PORT is set
+        metrics = WorkerMetrics(lambda: self.nodes)
+        await metrics.serve(s.worker_metrics_host, s.worker_metrics_port)
+        pool = await queueing.connect(s.redis_url)
+        reporter = metrics.reporter(pool)
+        reporter.start()
+        logs = metrics.log_client(s.gateway_url, s.node_token.get_secret_value())
+        queue = await self._build_nodes(reporter, logs)
+        for node in self.nodes.values():
+            await node.recover()
+            reporter.report(await node.describe())
+        beat = asyncio.create_task(self._heartbeats(pool))
+        worker = self._worker(queue)
+        consume = asyncio.create_task(worker.async_run())
+        log.info("worker %s ready: %d node(s) on %s", s.node_id, len(self.nodes), queue)
+        if on_ready:
+            on_ready()
+        try:
+            await stop.wait()
+        finally:
+            await queueing.stop(worker, consume)
+            await metrics.close()
+            if s.stop_kernels_on_exit:
+                for node in self.nodes.values():
+                    await node.stop_all(s.stop_grace_s)
+            await reporter.flush(timeout=10.0)
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            await reporter.close()
+            await logs.close()
+            for node in self.nodes.values():
+                for task in node.tasks:
+                    task.cancel()  # containers live on; a restarted worker re-attaches
+                await asyncio.gather(*node.tasks, return_exceptions=True)
+                await node.runtime.close()
+            if accelerators := next(iter(self.nodes.values())).accelerators:
+                accelerators.close()
+            await pool.aclose()
+
+    async def _build_nodes(self, reporter: EventReporter, logs: LogClient) -> str:
+        s = self.settings
+        capacity = host_capacity(s.worker_cpu, s.worker_mem)
+        accelerators = load_accelerators(s.accelerators)
+        if s.sim_nodes > 0:
+            queue = f"jobgate:queue:simhost:{s.node_id}"
+            ids = [f"{s.node_id}-{i:04d}" for i in range(s.sim_nodes)]
+            runtime_name = "sim"
+            store_dir = None
+        else:
+            queue = node_queue(s.node_id)
+            ids = [s.node_id]
+            runtime_name = s.worker_runtime
+            store_dir = s.state_dir / "kernels"
+        for node_id in ids:
+            context = RuntimeContext(node_id=node_id, state_dir=s.state_dir)
+            runtime = build_runtime(runtime_name, context)
+            services = NodeServices(node_id, runtime, reporter, logs, StateStore(store_dir))
+            self.nodes[node_id] = NodeAgent(
+                node_id, queue, runtime, services, s, capacity, accelerators
+            )
+        return queue
+
+    def _worker(self, queue: str) -> Worker:
+        async def start_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+            job = StartKernel.model_validate(payload)
+            node = self.nodes.get(job.node_id)
+            if node is None:
+                log.error("start for node %s, which this worker does not run", job.node_id)
+                return
+            node.start(job)
+
+        async def start_kernels(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+            for job in payload["jobs"]:
+                await start_kernel(ctx, job)
+
+        async def stop_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+            job = StopKernel.model_validate(payload)
+            node = self.nodes.get(job.node_id) or next(
+                (n for n in self.nodes.values() if job.kernel_id in n.kernels), None
+            )
+            if node is None and len(self.nodes) == 1:
+                node = next(iter(self.nodes.values()))
+            if node is not None:
+                await node.stop(job)
+
+        return Worker(
+            functions=[
+                func(start_kernel, name="start_kernel", max_tries=3),
+                func(start_kernels, name="start_kernels", max_tries=3),
+                func(stop_kernel, name="stop_kernel", max_tries=3),
+            ],
+            queue_name=queue,
+            redis_settings=RedisSettings.from_dsn(self.settings.redis_url),
+            job_serializer=json_serializer,
+            job_deserializer=json_deserializer,
+            handle_signals=False,
+            max_jobs=200,
+            keep_result=0,
+            poll_delay=0.01,
+            job_timeout=60,
+            log_results=False,
+        )
+
+    async def _heartbeats(self, pool: ArqRedis) -> None:
+        ttl = max(1, round(self.settings.heartbeat_ttl_s))
+        while True:
+            await self._sample_stats()
+            try:
+                async with pool.pipeline(transaction=False) as pipe:
+                    for node in self.nodes.values():
+                        pipe.set(heartbeat_key(node.node_id), node.heartbeat(), ex=ttl)
+                    await pipe.execute()
+            except (OSError, ConnectionError) as exc:
+                log.warning("heartbeat failed: %s", exc)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _sample_stats(self) -> None:
+        """Device utilisation and memory, once per heartbeat (shared by sim nodes)."""
+        first = next(iter(self.nodes.values()), None)
+        if first is None or first.accelerators is None:
+            return
+        stats = await asyncio.to_thread(first.accelerators.stats)
+        rows = [
+            {
+                "device_id": s.device_id,
+                "utilization": s.utilization,
+                "memory_used": s.memory_used,
+                "memory_total": s.memory_total,
+            }
+            for s in stats
+        ]
+        for node in self.nodes.values():
+            node.stats = rows

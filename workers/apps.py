@@ -1,0 +1,96 @@
+"""Apps an interactive session serves (Jupyter, code-server, a terminal ...) and how to start them.
+
+An image declares its apps in the label ``jobgate.service-ports``
+(``jupyter:http:8888,code-server:http:8080``); the gateway's image registry can add or
+override them. Each app may have a *start* template, a command with ``{port}`` and
+``{base_url}`` filled in per session, so one image serves any session under the URL the
+app proxy gives it::
+
+    /s/{session}/jupyter/      Jupyter keeps its prefix: base_url is that path
+    /s/{session}/code-server/  code-server wants it stripped: base_url is "/"
+
+When an interactive session names no command, its container runs the start commands
+of its apps (one app: that command; several: a shell runs them all). Apps with no start
+template rely on the image's own command.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from plugins.runtimes.base import SERVICE_PORTS_LABEL, ServicePort, parse_service_ports
+
+__all__ = [
+    "BUILT_IN",
+    "App",
+    "apps_from_labels",
+    "base_url",
+    "start_command",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    name: str
+    port: int  # in the container
+    protocol: str = "http"
+    start: str | None = None  # command template: {port}, {base_url}
+    strip_prefix: bool = False  # the proxy removes /s/{session}/{name} before forwarding
+
+    @property
+    def service_port(self) -> ServicePort:
+        return ServicePort(self.name, self.protocol, self.port)
+
+
+#: what jobgate knows about common apps; an image registry entry overrides it
+BUILT_IN: dict[str, App] = {
+    "jupyter": App(
+        "jupyter",
+        8888,
+        start=(
+            "jupyter lab --ip=0.0.0.0 --port={port} --no-browser --allow-root"
+            " --ServerApp.base_url={base_url} --IdentityProvider.token="
+            " --ServerApp.password= --ServerApp.allow_remote_access=True"
+            " --ServerApp.trust_xheaders=True"
+        ),
+    ),
+    "code-server": App(
+        "code-server",
+        8080,
+        start="code-server --bind-addr 0.0.0.0:{port} --auth none --disable-telemetry",
+        strip_prefix=True,
+    ),
+    "terminal": App("terminal", 7681, strip_prefix=True),
+}
+
+
+def apps_from_labels(labels: dict[str, str]) -> list[App]:
+    """An image's declared apps, with the built-in start definitions where known."""
+    return [with_defaults(p) for p in parse_service_ports(labels.get(SERVICE_PORTS_LABEL, ""))]
+
+
+def with_defaults(port: ServicePort) -> App:
+    known = BUILT_IN.get(port.name)
+    if known is None:
+        return App(port.name, port.container_port, port.protocol)
+    return App(port.name, port.container_port, port.protocol, known.start, known.strip_prefix)
+
+
+def base_url(session_id: str, app: App) -> str:
+    return "/" if app.strip_prefix else f"/s/{session_id}/{app.name}/"
+
+
+def start_command(session_id: str, apps: list[App]) -> list[str] | None:
+    """The container command that starts every app with a start template (None: none do)."""
+    commands = [
+        app.start.format(port=app.port, base_url=base_url(session_id, app))
+        for app in apps
+        if app.start
+    ]
+    if not commands:
+        return None
+    if len(commands) == 1:
+        return shlex.split(commands[0])
+    # several apps: run them side by side until all of them end
+    return ["sh", "-c", " & ".join(commands) + " & wait"]

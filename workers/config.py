@@ -1,0 +1,72 @@
+"""Worker settings, from ``JOBGATE_*`` environment variables (or ``jobgate worker run`` flags)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import platformdirs
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["WorkerSettings"]
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [p.strip() for p in value.split(",") if p.strip()]
+    return value
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBGATE_", extra="ignore")
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    gateway_url: str = "http://127.0.0.1:8420"
+    node_token: SecretStr = SecretStr("")
+    data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("jobgate")))
+
+    node_id: str = Field(default_factory=socket.gethostname)
+    #: the address the app proxy reaches this node's published ports on
+    node_address: str = "127.0.0.1"
+    resource_group: str = "default"
+    node_labels: Annotated[list[str], NoDecode] = Field(default_factory=list)  # k=v,k=v
+    worker_runtime: str = "process"
+    #: accelerator plugins: "auto" (those that find devices), "none", or names: cuda,mock
+    accelerators: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["auto"])
+    #: override what the node offers (default: what the machine has)
+    worker_cpu: str | None = None
+    worker_mem: str | None = None
+
+    heartbeat_interval_s: float = 5.0
+    heartbeat_ttl_s: float = 15.0
+    #: on SIGTERM/SIGINT stop the node's sessions too (jobgate up); else leave them running
+    stop_kernels_on_exit: bool = False
+    stop_grace_s: float = 10.0
+    max_concurrent_starts: int = 32
+    #: serve Prometheus metrics on this port (workers/metrics.py); unset: not served
+    worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: the address the metrics endpoint listens on (0.0.0.0 for a remote Prometheus)
+    worker_metrics_host: str = "127.0.0.1"
+    #: root of the sysfs tree the NUMA layout is read from (tests point it at a fake tree)
+    numa_sysfs_root: Path = Path("/")
+    #: a sim host: this many simulated nodes in one process (node ids <node_id>-0000 ...)
+    sim_nodes: int = 0
+
+    @field_validator("node_labels", "accelerators", mode="before")
+    @classmethod
+    def _list(cls, value: object) -> object:
+        return _split(value)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        out = {}
+        for item in self.node_labels:
+            key, _, value = item.partition("=")
+            out[key.strip()] = value.strip()
+        return out
+
+    @property
+    def state_dir(self) -> Path:
+        return self.data_dir / "worker" / self.node_id

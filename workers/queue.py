@@ -1,0 +1,108 @@
+"""arq plumbing shared by every process that talks over the queues (gateway and workers).
+
+* JSON instead of arq's default pickle, so a job is readable and never executes code;
+* ``connect()`` for a pool that speaks it;
+* ``enqueue_many()`` for a burst of jobs in one round trip, with arq's own semantics (a
+  job whose id is queued, running or has a result is not enqueued again): arq enqueues
+  one job per WATCH/MULTI exchange, which a scheduler placing 1,000 sessions a pass
+  cannot afford;
+* ``stop()`` for a graceful stop of an arq worker we run inside our own event loop: stop
+  taking jobs, let the running ones finish for a moment, cancel what is left (arq puts a
+  cancelled job back for a retry), and close the connections. (arq's own ``close()``
+  cancels mid-pipeline, re-raises the first cancelled job and leaves its pool open.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.constants import job_key_prefix, result_key_prefix
+from arq.jobs import serialize_job
+from arq.utils import timestamp_ms
+from arq.worker import Worker
+
+__all__ = ["QueuedJob", "connect", "enqueue_many", "json_deserializer", "json_serializer", "stop"]
+
+
+def json_serializer(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), default=str).encode()
+
+
+def json_deserializer(raw: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(raw)
+    return value
+
+
+async def connect(redis_url: str, *, default_queue: str = "arq:queue") -> ArqRedis:
+    pool: ArqRedis = await create_pool(
+        RedisSettings.from_dsn(redis_url),
+        job_serializer=json_serializer,
+        job_deserializer=json_deserializer,
+        default_queue_name=default_queue,
+    )
+    return pool
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    queue: str
+    job_id: str
+    function: str
+    payload: dict[str, Any]
+
+
+# KEYS: per job, its job key, result key and queue; ARGV: expiry ms, score, then the
+# serialized jobs in the same order. Returns how many were enqueued.
+_ENQUEUE_MANY = """
+local added = 0
+for i = 1, #KEYS, 3 do
+  local job, result, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
+  if redis.call('EXISTS', job, result) == 0 then
+    redis.call('PSETEX', job, ARGV[1], ARGV[3 + (i + 2) / 3])
+    redis.call('ZADD', queue, ARGV[2], string.sub(job, #ARGV[3] + 1))
+    added = added + 1
+  end
+end
+return added
+"""
+
+
+async def enqueue_many(pool: ArqRedis, jobs: list[QueuedJob], expires_ms: int) -> int:
+    """Enqueue *jobs* atomically in one round trip; returns how many were new."""
+    if not jobs:
+        return 0
+    now = timestamp_ms()
+    keys: list[str] = []
+    args: list[Any] = [expires_ms, now, job_key_prefix]
+    for job in jobs:
+        keys += [job_key_prefix + job.job_id, result_key_prefix + job.job_id, job.queue]
+        args.append(
+            serialize_job(job.function, (job.payload,), {}, None, now, serializer=json_serializer)
+        )
+    added = await cast(Awaitable[int], pool.eval(_ENQUEUE_MANY, len(keys), *keys, *args))
+    return added
+
+
+async def stop(worker: Worker, main: asyncio.Future[None], grace: float = 5.0) -> None:
+    # stop picking jobs first and let an iteration that is picking one finish: cancelling
+    # arq inside its WATCH/MULTI pipeline leaves that connection checked out for good
+    worker.allow_pick_jobs = False
+    await asyncio.sleep(max(0.05, 3 * worker.poll_delay_s))
+    main.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await main
+    running = [t for t in worker.tasks.values() if not t.done()]
+    if running:
+        _, pending = await asyncio.wait(running, timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+    with contextlib.suppress(Exception):
+        await worker.pool.delete(worker.health_check_key)
+    await worker.pool.aclose()

@@ -1,0 +1,98 @@
+"""What the worker remembers about its kernels across restarts (one JSON file each).
+
+The runtime knows which containers exist; this file adds what only the worker knows:
+the byte offsets of output the gateway already holds, whether a stop was requested
+(an exit after a stop is a TERMINATED session, not a FAILED one), and the allocation the
+kernel was given. A sim host keeps this in memory only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = ["KernelState", "StateStore"]
+
+
+@dataclass
+class KernelState:
+    kernel_id: str
+    session_id: str
+    node_id: str
+    phase: str = "preparing"  # preparing | running
+    requested_stop: bool = False
+    offsets: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, dict[str, str]] = field(default_factory=dict)
+    cpuset: list[int] | None = None
+
+
+class StateStore:
+    """Kernel state files, and tombstones of kernels that already ran here.
+
+    A start job can be delivered again after its kernel ended (queues deliver at least
+    once); the tombstone makes the worker ignore it instead of running the job twice.
+    Tombstones are kept for ``TOMBSTONE_TTL_S``.
+    """
+
+    TOMBSTONE_TTL_S = 7 * 24 * 3600
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self._done: set[str] = set()
+        if directory is not None:
+            (directory / "done").mkdir(parents=True, exist_ok=True)
+            self._prune()
+
+    def _prune(self) -> None:
+        assert self.directory is not None
+        cutoff = time.time() - self.TOMBSTONE_TTL_S
+        for path in (self.directory / "done").iterdir():
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                else:
+                    self._done.add(path.name)
+            except OSError:
+                continue
+
+    def mark_done(self, kernel_id: str) -> None:
+        self._done.add(kernel_id)
+        if self.directory is not None:
+            (self.directory / "done" / kernel_id).touch()
+
+    def is_done(self, kernel_id: str) -> bool:
+        return kernel_id in self._done
+
+    def _path(self, kernel_id: str) -> Path:
+        assert self.directory is not None
+        return self.directory / f"{kernel_id}.json"
+
+    def save(self, state: KernelState) -> None:
+        if self.directory is None:
+            return
+        path = self._path(state.kernel_id)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state)))
+        os.replace(tmp, path)
+
+    def delete(self, kernel_id: str) -> None:
+        """Forget a kernel that ended (leaving its tombstone)."""
+        self.mark_done(kernel_id)
+        if self.directory is not None:
+            self._path(kernel_id).unlink(missing_ok=True)
+
+    def load_all(self) -> dict[str, KernelState]:
+        if self.directory is None:
+            return {}
+        out = {}
+        for path in self.directory.glob("*.json"):
+            try:
+                state = KernelState(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                path.unlink(missing_ok=True)
+                continue
+            out[state.kernel_id] = state
+        return out
