@@ -27,10 +27,10 @@ class ProxySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBGATE_", extra="ignore")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    gateway_url: str = "http://127.0.0.1:8000"  # asked GET /v1/users/me for Bearer keys
+    gateway_url: str = "http://127.0.0.1:8420"  # asked GET /v1/users/me for Bearer keys
     proxy_secret: SecretStr = Field(min_length=16)
     proxy_host: str = "127.0.0.1"
-    proxy_port: int = Field(default=8080, ge=0, le=65535)
+    proxy_port: int = Field(default=8421, ge=0, le=65535)
     #: how browsers reach the proxy (scheme://host[:port], served at the root of its host)
     proxy_public_url: str | None = None
     #: set to serve apps as {session}--{app}.{base_domain} as well as /s/{session}/{app}/

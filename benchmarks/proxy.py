@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import re
 import shutil
@@ -356,7 +357,7 @@ async def ws_echo_load(
         "_seconds": elapsed,
         "msg_per_s": round(len(latencies) / elapsed, 1),
         "p50_ms": round(statistics.median(ordered) * 1000, 3),
-        "p99_ms": round(ordered[int(len(ordered) * 0.99) - 1] * 1000, 3),
+        "p99_ms": round(ordered[max(0, math.ceil(len(ordered) * 0.99) - 1)] * 1000, 3),
     }
 
 

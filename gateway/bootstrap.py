@@ -1,14 +1,16 @@
-"""First-run set-up: the admin user and a key for it (``jobgate up``, ``jobgate admin``)."""
+"""First-run set-up: the admin user and a key for it (jobgate up, jobgate admin bootstrap)."""
 
 from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.auth import issue_key
+from gateway.auth import KeyCache, authenticate, issue_key
+from gateway.db.engine import create_engine, create_session_factory
 from gateway.db.models import ResourceGroup, User
+from gateway.domain.errors import Unauthenticated
 
-__all__ = ["ensure_admin_key", "ensure_default_group"]
+__all__ = ["admin_key", "ensure_admin_key", "ensure_default_group"]
 
 
 async def ensure_default_group(db: AsyncSession) -> None:
@@ -27,3 +29,24 @@ async def ensure_admin_key(
         await db.flush()
     _, key = await issue_key(db, user, key_name)
     return key
+
+
+async def admin_key(database_url: str, *, key_name: str, reuse: str = "") -> str:
+    """An admin API key for the database at *database_url* (migrated already).
+
+    Returns *reuse* when it is still an admin's key, else a new key of the ``admin`` user
+    (created the first time); makes the ``default`` resource group if it is missing.
+    """
+    engine = create_engine(database_url)
+    try:
+        async with create_session_factory(engine)() as db, db.begin():
+            await ensure_default_group(db)
+            if reuse:
+                try:
+                    if (await authenticate(db, reuse, KeyCache(0))).is_admin:
+                        return reuse
+                except Unauthenticated:
+                    pass
+            return await ensure_admin_key(db, key_name=key_name)
+    finally:
+        await engine.dispose()

@@ -69,7 +69,6 @@ class GatewaySettings(BaseSettings):
     stop_grace_s: float = 10.0
 
     # -- nodes and scheduling ---------------------------------------------------------
-    heartbeat_ttl_s: float = 15.0
     #: refuse nodes that cannot enforce cpu/mem limits for sessions that ask for them
     require_limits_enforced: bool = False
     #: place fractional GPU shares on nodes that cannot enforce them (MPS / limiter)
@@ -96,7 +95,3 @@ class GatewaySettings(BaseSettings):
         if self.database_url:
             return async_database_url(self.database_url)
         return f"sqlite+aiosqlite:///{self.data_dir / 'jobgate.db'}"
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.effective_database_url.startswith("sqlite")

@@ -206,6 +206,8 @@ class EventHandler:
             if kernel is None:
                 log.warning("event %s for unknown kernel %s ignored", event.kind, event.kernel_id)
                 continue
+            if kernel.ended_at is not None and event.kind in _ENDING:
+                continue  # it ended already (a late stop's "not started", a repeat): keep that
             session = sessions[kernel.session_id]
             node = nodes.get(kernel.node_id) if kernel.node_id else None
             ctx = _Ctx(db, session, kernel, node, siblings[session.id], now, effects)
@@ -351,8 +353,12 @@ def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:
 
 def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
     ctx.end_kernel("cancelled")
-    if ctx.all_ended:
-        ctx.move(S.CANCELLED, event.message or "cancelled before it started")
+    if not ctx.all_ended:
+        return
+    if ctx.session.status == S.PREPARING:
+        # the node stopped it on its own while it was being prepared (its worker shut down)
+        ctx.move(S.TERMINATING, event.message or f"{event.node_id} stopped it before it ran")
+    ctx.move(S.CANCELLED, event.message or "cancelled before it started")
 
 
 def _on_lost(ctx: _Ctx, event: KernelEvent) -> None:

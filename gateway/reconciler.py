@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from arq.connections import ArqRedis
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from appproxy.contract import RouteRecord, activity_key, route_key, write_route
@@ -230,7 +230,10 @@ class Reconciler:
             if session.status in TERMINAL:
                 continue
             if kernel.status == "scheduled" and node.last_seen_at < requeue_cut:
-                self._back_to_pending(db, node, kernel, session, now, work)
+                if session.status == S.TERMINATING:  # asked to stop, and it never started
+                    await self._cancel_unstarted(db, node, kernel, session, now, work)
+                else:
+                    self._back_to_pending(db, node, kernel, session, now, work)
             elif node.last_seen_at < error_cut:
                 release(node, kernel)
                 kernel.status, kernel.ended_at = "failed", now
@@ -238,6 +241,28 @@ class Reconciler:
                     db.add(transition(session, S.ERROR, f"node {node.id} stopped responding", now))
                     work.changed.append(session)
                 work.groups.add(session.resource_group)
+
+    async def _cancel_unstarted(
+        self,
+        db: AsyncSession,
+        node: Node,
+        kernel: Kernel,
+        session: Session,
+        now: datetime,
+        work: _Work,
+    ) -> None:
+        release(node, kernel)
+        kernel.status, kernel.ended_at = "cancelled", now
+        work.groups.add(session.resource_group)
+        live_siblings = await db.scalar(
+            select(func.count())
+            .select_from(Kernel)
+            .where(Kernel.session_id == session.id, Kernel.ended_at.is_(None))
+        )
+        if not live_siblings:  # the others ended (or are stopped by their own nodes' events)
+            reason = f"{session.status_reason}; node {node.id} stopped responding before it started"
+            db.add(transition(session, S.CANCELLED, reason, now))
+            work.changed.append(session)
 
     def _back_to_pending(
         self,

@@ -274,7 +274,9 @@ class Stack:
     def _bootstrap(self, database_url: str) -> str:
         path = self.data_dir / "admin.key"
         existing = path.read_text().strip() if path.exists() else ""
-        key = asyncio.run(_ensure_key(database_url, existing))
+        from gateway.bootstrap import admin_key
+
+        key = asyncio.run(admin_key(database_url, key_name="jobgate-up", reuse=existing))
         if key != existing:
             path.touch(mode=0o600)
             path.write_text(key)
@@ -375,26 +377,3 @@ class Stack:
             pass
         finally:
             client.close()
-
-
-async def _ensure_key(database_url: str, existing: str) -> str:
-    from gateway.auth import KeyCache, authenticate
-    from gateway.bootstrap import ensure_admin_key, ensure_default_group
-    from gateway.db.engine import create_engine, create_session_factory
-    from gateway.domain.errors import Unauthenticated
-
-    engine = create_engine(database_url)
-    try:
-        factory = create_session_factory(engine)
-        async with factory() as db, db.begin():
-            await ensure_default_group(db)
-            if existing:
-                try:
-                    principal = await authenticate(db, existing, KeyCache(0))
-                    if principal.is_admin:
-                        return existing
-                except Unauthenticated:
-                    pass
-            return await ensure_admin_key(db, key_name="jobgate-up")
-    finally:
-        await engine.dispose()

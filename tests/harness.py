@@ -104,7 +104,6 @@ class Stack:
             proxy_secret=SecretStr("test-proxy-secret"),
             tick_interval_s=1.0,
             requeue_after_s=3.0,
-            heartbeat_ttl_s=3.0,
             api_key_cache_s=0.0,
         )
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from arq.connections import ArqRedis, RedisSettings
 from arq.worker import Worker, func
+from redis.exceptions import RedisError
 
 from plugins.accelerators.base import Reservation, ReservationError
 from plugins.accelerators.node import NodeAccelerators, NodeDevices
@@ -244,7 +245,10 @@ class NodeAgent:
     async def stop(self, job: StopKernel) -> None:
         run = self.kernels.get(job.kernel_id)
         if run is None:
-            # never started here (or long gone): tell the gateway, so it can settle it
+            if self.services.store.is_done(job.kernel_id):
+                return  # it ran here and its end was reported: nothing to stop, nothing to say
+            # never started here: a start job still in the queue must not run it later
+            self.services.store.mark_done(job.kernel_id)
             KernelRun(
                 self.services, KernelState(job.kernel_id, job.session_id, self.node_id)
             )._event("not_started", message="stopped before it started")
@@ -393,7 +397,7 @@ class Agent:
                     for node in self.nodes.values():
                         pipe.set(heartbeat_key(node.node_id), node.heartbeat(), ex=ttl)
                     await pipe.execute()
-            except (OSError, ConnectionError) as exc:
+            except (OSError, RedisError) as exc:
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.settings.heartbeat_interval_s)
 

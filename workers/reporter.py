@@ -13,6 +13,7 @@ import logging
 import uuid
 
 from arq.connections import ArqRedis
+from redis.exceptions import RedisError
 
 from workers.messages import EVENTS_QUEUE, EventBatch, KernelEvent, NodeInfo
 
@@ -79,7 +80,7 @@ class EventReporter:
                         _queue_name=EVENTS_QUEUE,
                     )
                     break
-                except (OSError, ConnectionError) as exc:
+                except (OSError, RedisError) as exc:
                     log.warning("cannot reach Redis to report events (%s); retrying", exc)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)

@@ -24,7 +24,6 @@ from gateway.db.models import Session, StatusHistory
 
 __all__ = [
     "ACTIVE",
-    "LIVE",
     "TERMINAL",
     "InvalidTransition",
     "SessionStatus",
@@ -49,7 +48,6 @@ class SessionStatus(StrEnum):
 
 S = SessionStatus
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.TERMINATED, S.CANCELLED, S.ERROR})
-LIVE = frozenset(set(S) - TERMINAL)
 #: statuses that hold an allocation on a node
 ACTIVE = frozenset({S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING})
 

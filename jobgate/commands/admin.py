@@ -10,7 +10,9 @@ import typer
 from jobgate.commands.common import client, parse_pairs
 from jobgate.render import Output, out, print_json, table
 
-app = typer.Typer(help="Administration (needs an admin key).", no_args_is_help=True)
+app = typer.Typer(
+    help="Administration (needs an admin key; `bootstrap` makes the first).", no_args_is_help=True
+)
 users = typer.Typer(help="Users and their API keys.", no_args_is_help=True)
 projects = typer.Typer(help="Projects and their members.", no_args_is_help=True)
 policies = typer.Typer(help="Per-user and per-project resource policies.", no_args_is_help=True)
@@ -21,6 +23,24 @@ app.add_typer(policies, name="policies")
 app.add_typer(groups, name="groups")
 
 OutputOpt = Annotated[Output, typer.Option("--output", "-o")]
+
+
+@app.command("bootstrap")
+def bootstrap(
+    key_name: Annotated[str, typer.Option(help="a label for the key")] = "bootstrap",
+) -> None:
+    """The first admin key of a new deployment, made in the database itself.
+
+    Needs no API key, only JOBGATE_DATABASE_URL (after ``jobgate db upgrade``). Creates
+    the ``admin`` user the first time; every run prints one more key, once.
+    """
+    import asyncio
+
+    from gateway.bootstrap import admin_key
+    from gateway.config import GatewaySettings
+
+    url = GatewaySettings().effective_database_url
+    typer.echo(asyncio.run(admin_key(url, key_name=key_name)))
 
 
 def _show(value: Any, output: Output, columns: list[str], rows: list[list[str]]) -> None:

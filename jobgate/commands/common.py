@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import typer
-
 from jobgate.client import ApiError, Client
 from jobgate.profile import Profile
-from jobgate.render import err
 
-__all__ = ["client", "fail", "parse_pairs"]
+__all__ = ["client", "parse_pairs"]
 
 
 def client() -> Client:
     return Client(Profile.load())
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(code)
 
 
 def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """The long-running components: ``gateway serve``, ``scheduler run``, ``worker run``,
-``db upgrade``. Each reads ``JOBGATE_*`` settings; the flags override the common ones."""
+``db upgrade``, ``proxy serve``. Each reads ``JOBGATE_*`` settings; the flags override
+the common ones."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,13 @@ from jobgate.profile import profile_path
 from jobgate.stack import Stack, StackError
 
 
+class RuntimeChoice(StrEnum):
+    auto = "auto"
+    podman = "podman"
+    process = "process"
+    sim = "sim"
+
+
 def up(
     data_dir: Annotated[
         Path, typer.Option(help="all state: database, logs, secrets")
@@ -19,7 +27,9 @@ def up(
     port: Annotated[int, typer.Option(help="gateway port")] = 8420,
     proxy_port: Annotated[int, typer.Option(help="app proxy port")] = 8421,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
-    runtime: Annotated[str, typer.Option(help="auto | podman | process | sim")] = "auto",
+    runtime: Annotated[
+        RuntimeChoice, typer.Option(help="auto: podman when its socket answers, else process")
+    ] = RuntimeChoice.auto,
 ) -> None:
     """Start gateway, scheduler, a worker and the app proxy here; Ctrl-C stops them all."""
     data_dir = data_dir.expanduser().resolve()
@@ -29,7 +39,7 @@ def up(
         port=port,
         proxy_port=proxy_port,
         host=host,
-        runtime=runtime,
+        runtime=runtime.value,
         say=typer.echo,
     )
     code = 1

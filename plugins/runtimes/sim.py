@@ -4,7 +4,7 @@ A simulated kernel "runs" for a duration and exits with a code, both taken from 
 session's environment, so one benchmark can mix short and long jobs:
 
 * ``JOBGATE_SIM_DURATION`` - seconds (default from settings; ``inf`` runs until stopped;
-  interactive sessions without it run until stopped);
+  a session without a command and without it runs until stopped);
 * ``JOBGATE_SIM_EXIT_CODE`` - the exit code (default 0);
 * ``JOBGATE_SIM_OUTPUT`` - text written to stdout when it starts;
 * ``JOBGATE_SIM_START_ERROR`` - fail to start with this reason (tests the ERROR path).
