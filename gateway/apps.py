@@ -5,7 +5,7 @@
     worker "running" (apps + host ports) ─▶ EventHandler ─▶ publish_routes ─▶ Redis route
     session ends ───────────────────────▶ EventHandler ─▶ end_routes ─────▶ "ended" route
     POST /v1/sessions/{id}/apps/{app} ─▶ open_app ─▶ signed one-time link ─▶ the proxy
-    reconciler ─▶ idle_sessions (activity keys the proxy writes) ─▶ terminate
+    reconciler (_idle) ─▶ last_activity (keys the proxy writes) ─▶ terminate
 
 The route and token formats belong to :mod:`appproxy.contract`; this module only decides
 what goes in them.

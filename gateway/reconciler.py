@@ -230,10 +230,7 @@ class Reconciler:
             if session.status in TERMINAL:
                 continue
             if kernel.status == "scheduled" and node.last_seen_at < requeue_cut:
-                if session.status == S.TERMINATING:  # asked to stop, and it never started
-                    await self._cancel_unstarted(db, node, kernel, session, now, work)
-                else:
-                    self._back_to_pending(db, node, kernel, session, now, work)
+                await self._settle_unstarted(db, node, kernel, session, now, work)
             elif node.last_seen_at < error_cut:
                 release(node, kernel)
                 kernel.status, kernel.ended_at = "failed", now
@@ -242,7 +239,7 @@ class Reconciler:
                     work.changed.append(session)
                 work.groups.add(session.resource_group)
 
-    async def _cancel_unstarted(
+    async def _settle_unstarted(
         self,
         db: AsyncSession,
         node: Node,
@@ -251,37 +248,28 @@ class Reconciler:
         now: datetime,
         work: _Work,
     ) -> None:
+        """A kernel placed on a node that went silent before starting it: free its place,
+        then cancel it if its session was asked to stop, else place it again."""
         release(node, kernel)
-        kernel.status, kernel.ended_at = "cancelled", now
         work.groups.add(session.resource_group)
-        live_siblings = await db.scalar(
-            select(func.count())
-            .select_from(Kernel)
-            .where(Kernel.session_id == session.id, Kernel.ended_at.is_(None))
-        )
-        if not live_siblings:  # the others ended (or are stopped by their own nodes' events)
-            reason = f"{session.status_reason}; node {node.id} stopped responding before it started"
-            db.add(transition(session, S.CANCELLED, reason, now))
-            work.changed.append(session)
-
-    def _back_to_pending(
-        self,
-        db: AsyncSession,
-        node: Node,
-        kernel: Kernel,
-        session: Session,
-        now: datetime,
-        work: _Work,
-    ) -> None:
-        release(node, kernel)
+        why = f"node {node.id} stopped responding before it started"
+        if session.status == S.TERMINATING:
+            kernel.status, kernel.ended_at = "cancelled", now
+            live_siblings = await db.scalar(
+                select(func.count())
+                .select_from(Kernel)
+                .where(Kernel.session_id == session.id, Kernel.ended_at.is_(None))
+            )
+            if not live_siblings:  # others end through their own nodes' events
+                db.add(transition(session, S.CANCELLED, f"{session.status_reason}; {why}", now))
+                work.changed.append(session)
+            return
         kernel.status, kernel.node_id = "pending", None
         kernel.slots, kernel.devices, kernel.cpuset = {}, {}, {}
         if session.status == S.SCHEDULED:
-            reason = f"node {node.id} stopped responding before it started"
-            db.add(transition(session, S.PENDING, reason, now))
+            db.add(transition(session, S.PENDING, why, now))
             session.pending_reason = "waiting for the scheduler"
             work.changed.append(session)
-        work.groups.add(session.resource_group)
 
 
 def _minutes(seconds: int) -> str:

@@ -94,6 +94,11 @@ class ProcessRuntime:
         return {}
 
     async def start(self, spec: KernelSpec) -> KernelHandle:
+        if spec.mounts:  # a process shares the host's files: there is nowhere to mount into
+            raise InvalidSpec(
+                "bind mounts need a container runtime; this node runs sessions as plain "
+                "processes (--runtime process)"
+            )
         kdir = self._kdir(spec.kernel_id)
         workdir = kdir / "work"
         workdir.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from plugins.common import Mount
 from plugins.runtimes.base import InvalidSpec, KernelSpec, LogChunk, RuntimeContext
 from plugins.runtimes.process import ProcessRuntime, ProcessSettings
 
@@ -119,3 +120,9 @@ async def test_workdir_is_used(tmp_path: Path) -> None:
     where.mkdir()
     _, out = await run_to_end(make(tmp_path), spec(["pwd"], workdir=str(where)))
     assert out["stdout"].decode().strip() == str(where.resolve())
+
+
+async def test_a_bind_mount_is_refused_not_ignored(tmp_path: Path) -> None:
+    rt = make(tmp_path)
+    with pytest.raises(InvalidSpec, match="bind mounts need a container runtime"):
+        await rt.start(spec(["true"], mounts=[Mount(str(tmp_path), "/data", True)]))
