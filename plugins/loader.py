@@ -17,7 +17,15 @@ from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-__all__ = ["PluginError", "load_group", "protocol_members"]
+__all__ = [
+    "ACCELERATORS",
+    "RUNTIMES",
+    "SCHEDULERS",
+    "PluginError",
+    "load_group",
+    "load_one",
+    "protocol_members",
+]
 
 RUNTIMES = "jobgate.runtimes.v1"
 ACCELERATORS = "jobgate.accelerators.v1"

@@ -52,6 +52,7 @@ def _show(value: Any, output: Output, columns: list[str], rows: list[list[str]])
 
 @users.command("ls")
 def users_ls(output: OutputOpt = Output.table) -> None:
+    """Every user, with their role."""
     found = client().get("/v1/users")
     _show(
         found,
@@ -87,6 +88,7 @@ def users_key(
 
 @projects.command("ls")
 def projects_ls(output: OutputOpt = Output.table) -> None:
+    """Every project and its members."""
     found = client().get("/v1/projects")
     _show(
         found, output, ["PROJECT", "MEMBERS"], [[p["name"], ", ".join(p["members"])] for p in found]
@@ -95,24 +97,28 @@ def projects_ls(output: OutputOpt = Output.table) -> None:
 
 @projects.command("create")
 def projects_create(name: str) -> None:
+    """A project (sessions can be charged to it with --project)."""
     client().post("/v1/projects", json={"name": name})
     out.print(f"project {name} created")
 
 
 @projects.command("add-member")
 def projects_add(project: str, user: str) -> None:
+    """Let a user submit sessions to a project."""
     client().post(f"/v1/projects/{project}/members", json={"user": user})
     out.print(f"{user} is a member of {project}")
 
 
 @projects.command("remove-member")
 def projects_remove(project: str, user: str) -> None:
+    """Take a user out of a project."""
     client().delete(f"/v1/projects/{project}/members/{user}")
     out.print(f"{user} is no longer a member of {project}")
 
 
 @policies.command("ls")
 def policies_ls(output: OutputOpt = Output.table) -> None:
+    """Resource policies: per user or project, * for the default."""
     found = client().get("/v1/policies")
     _show(
         found,
@@ -153,12 +159,14 @@ def policies_set(
 
 @policies.command("rm")
 def policies_rm(scope: str, subject: str) -> None:
+    """Remove a policy (its limits become unlimited)."""
     client().delete(f"/v1/policies/{scope}/{subject}")
     out.print(f"policy for {scope} {subject} removed")
 
 
 @groups.command("ls")
 def groups_ls(output: OutputOpt = Output.table) -> None:
+    """Resource groups, their node counts and scheduler pipelines."""
     found = client().get("/v1/resource-groups")
     _show(
         found,

@@ -52,6 +52,7 @@ def apps_open(
 
 @images_app.command("ls")
 def images_ls(output: Annotated[Output, typer.Option("--output", "-o")] = Output.table) -> None:
+    """Images the gateway knows apps for (admins register them)."""
     found = client().get("/v1/images")
     if output == Output.json:
         print_json(found)
@@ -77,5 +78,6 @@ def images_add(
 
 @images_app.command("rm")
 def images_rm(image: str) -> None:
+    """Forget the apps registered for an image."""
     client().delete(f"/v1/images/{image}")
     out.print(f"{image} removed from the registry")

@@ -1,6 +1,6 @@
 """Operator settings of the Podman runtime (environment prefix ``JOBGATE_PODMAN_``).
 
-Every field can come from the worker's configuration or from the environment, e.g.
+Every field comes from the environment of the worker, e.g.
 ``JOBGATE_PODMAN_SOCKET=unix:///run/user/1001/podman/podman.sock`` (the last line
 ``scripts/setup-podman.sh`` prints) or ``JOBGATE_PODMAN_ALLOWED_MOUNT_ROOTS=/data:/scratch``.
 """
