@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway import live
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
+from gateway.db.locks import lock_rows
 from gateway.db.models import Kernel, Node, ResourceGroup, Session
 from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
 from gateway.queue import enqueue_stop, request_schedule
@@ -151,7 +152,7 @@ class EventHandler:
     ) -> None:
         now = await db_now(db)
         kernel_ids = sorted({e.kernel_id for e in events})
-        # lock order, everywhere: sessions, then kernels, then nodes, each in id order
+        # lock order, everywhere: sessions, then kernels, then nodes (gateway.db.locks)
         session_ids = sorted(
             set(
                 (
@@ -159,44 +160,14 @@ class EventHandler:
                 ).scalars()
             )
         )
-        sessions = {
-            s.id: s
-            for s in (
-                await db.execute(
-                    select(Session)
-                    .where(Session.id.in_(session_ids))
-                    .order_by(Session.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
-        }
-        kernels = {
-            k.id: k
-            for k in (
-                await db.execute(
-                    select(Kernel)
-                    .where(Kernel.id.in_(kernel_ids))
-                    .order_by(Kernel.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
-        }
+        sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
+        kernels = {k.id: k for k in await lock_rows(db, Kernel, Kernel.id.in_(kernel_ids))}
         # only an ending kernel changes its node's sums: lock just those nodes, so the
         # stream of "preparing"/"running" events never holds up a scheduling pass
         ending = {e.kernel_id for e in events if e.kind in _ENDING}
         locked = sorted({k.node_id for k in kernels.values() if k.node_id and k.id in ending})
         others = sorted({k.node_id for k in kernels.values() if k.node_id} - set(locked))
-        nodes = {
-            n.id: n
-            for n in (
-                await db.execute(
-                    select(Node)
-                    .where(Node.id.in_(locked))
-                    .order_by(Node.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
-        }
+        nodes = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(locked))}
         if others:
             for n in (await db.execute(select(Node).where(Node.id.in_(others)))).scalars():
                 nodes[n.id] = n

@@ -29,6 +29,7 @@ from gateway.apps import route_for
 from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
+from gateway.db.locks import lock_rows
 from gateway.db.models import Kernel, Node, Session
 from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
 from gateway.queue import enqueue_start, enqueue_stop, request_schedule
@@ -88,15 +89,8 @@ class Reconciler:
 
     async def _idle(self, db: AsyncSession, now: datetime, work: _Work) -> None:
         """Terminate interactive sessions that carried no traffic for their idle timeout."""
-        rows = list(
-            (
-                await db.execute(
-                    select(Session)
-                    .where(Session.type == "interactive", Session.status == S.RUNNING)
-                    .order_by(Session.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
+        rows = await lock_rows(
+            db, Session, (Session.type == "interactive") & (Session.status == S.RUNNING)
         )
         default = self.settings.idle_timeout_s
         watched = [s for s in rows if (s.idle_timeout_s or default)]
@@ -188,38 +182,9 @@ class Reconciler:
         )
         if not session_ids:
             return
-        sessions = {
-            s.id: s
-            for s in (
-                await db.execute(
-                    select(Session)
-                    .where(Session.id.in_(session_ids))
-                    .order_by(Session.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
-        }
-        kernels = list(
-            (
-                await db.execute(
-                    select(Kernel)
-                    .where(on_lost)
-                    .order_by(Kernel.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
-        )
-        lost = {
-            n.id: n
-            for n in (
-                await db.execute(
-                    select(Node)
-                    .where(Node.id.in_(lost_ids))
-                    .order_by(Node.id)
-                    .with_for_update(key_share=True)
-                )
-            ).scalars()
-        }
+        sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
+        kernels = await lock_rows(db, Kernel, on_lost)
+        lost = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(lost_ids))}
         requeue_cut = now - timedelta(seconds=self.settings.requeue_after_s)
         error_cut = now - timedelta(seconds=self.settings.node_lost_timeout_s)
         for kernel in kernels:
