@@ -83,6 +83,26 @@ def test_ctrl_c_cancels_the_session(up: UpStack) -> None:
     assert code == session["exit_code"] == 143
 
 
+def test_admin_policies_and_groups_from_the_readme(up: UpStack) -> None:
+    created = up.cli("admin", "users", "create", "alice", check=True).stdout
+    alice = {"JOBGATE_API_KEY": created.split("API key (shown once): ")[1].strip()}
+    up.cli("admin", "policies", "set", "user", "*", "--max-sessions", "1", check=True)
+    up.cli("admin", "groups", "set", "default", "--config", '{"sequencer": "drf"}', check=True)
+    (policy,) = up.cli_json("admin", "policies", "ls")
+    assert (policy["subject"], policy["max_sessions"]) == ("*", 1)
+    groups = {g["name"]: g["scheduler"] for g in up.cli_json("admin", "groups", "ls")}
+    assert groups["default"]["sequencer"] == "drf"
+    ids = [
+        up.cli("run", "-d", "--", "sleep", "60", env=alice, check=True).stdout.strip()
+        for _ in range(2)
+    ]
+    up.wait_status(ids[0], {"RUNNING"})
+    waiting = up.wait_status(ids[1], {"PENDING"})
+    assert "alice already runs 1 of 1 sessions" in waiting["pending_reason"]
+    up.cli("sessions", "rm", ids[0], env=alice, check=True)
+    up.wait_status(ids[1], {"RUNNING"})  # the quota frees up, and the waiting one runs
+
+
 def test_bad_input_is_a_clear_error(up: UpStack) -> None:
     bad = up.cli("run", "--cpu", "-1", "--", "true")
     assert bad.returncode == 1
