@@ -40,7 +40,6 @@ class ProxySettings(BaseSettings):
     #: longest silence from an app before a request fails (None: wait as long as the client)
     proxy_upstream_read_timeout: float | None = Field(default=300.0, gt=0)
     proxy_upstream_pool_size: int = Field(default=512, ge=1)
-    proxy_ws_max_size: int = Field(default=64 * 1024 * 1024, ge=1024)
     #: peers whose X-Forwarded-For/-Proto/-Host are believed (a TLS terminator in front)
     proxy_trusted_proxies: Networks = Field(default_factory=list)
     #: networks that may read /_jobgate/metrics

@@ -13,6 +13,12 @@ processes (``--workers``, stated in the output). nginx, wrk and configurable-htt
 are installed on first use (apt-get / npm into a cache dir) unless ``--no-install``; a
 tool that cannot be had is reported as missing and its target skipped.
 
+By default every process shares every CPU, so on a small host the load generators, the
+upstream and the proxy compete for the same cores and any extra hop costs throughput.
+``--isolate`` gives the proxies CPU 0 and everything else the other CPUs, which is how
+a proxy runs in production (on its own host): it then shows whether the proxy itself is
+the bottleneck. The output says which mode was used.
+
 Goals: jobgate HTTP req/s >= 50% of nginx's; jobgate WebSocket messages/s >= 80% of
 direct. Progress goes to stderr; the last line of stdout is one JSON object.
 
@@ -198,6 +204,13 @@ http {{
 """
 
 
+def pinned(cpus: set[int] | None) -> Any:
+    """A ``preexec_fn`` that keeps a child (and what it forks) on ``cpus``; None: anywhere."""
+    if not cpus:
+        return None
+    return partial(os.sched_setaffinity, 0, cpus)
+
+
 class Processes:
     """Child processes started here, stopped (only these) at the end; logs in ``workdir``."""
 
@@ -205,11 +218,17 @@ class Processes:
         self.workdir = workdir
         self.children: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: list[str], env: dict[str, str] | None = None) -> int:
+    def start(
+        self, argv: list[str], env: dict[str, str] | None = None, cpus: set[int] | None = None
+    ) -> int:
         logfile = self.workdir / f"child-{len(self.children)}.log"
         with logfile.open("wb") as sink:
             child = subprocess.Popen(
-                argv, env={**os.environ, **(env or {})}, stdout=sink, stderr=sink
+                argv,
+                env={**os.environ, **(env or {})},
+                stdout=sink,
+                stderr=sink,
+                preexec_fn=pinned(cpus),
             )
         self.children.append(child)
         return child.pid
@@ -301,7 +320,9 @@ def run_wrk(wrk: str, url: str, args: argparse.Namespace, cookie: str | None) ->
     ]
     if cookie:
         argv[1:1] = ["-H", f"Cookie: {cookie}"]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        argv, capture_output=True, text=True, check=True, preexec_fn=pinned(args.load_cpus)
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))  # type: ignore[union-attr]
     pct = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.MULTILINE))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -396,7 +417,7 @@ def targets(args: argparse.Namespace, tools: dict[str, str | None]) -> Iterator[
     try:
         python = sys.executable
         up = free_port()
-        pid = procs.start([python, __file__, "--serve-upstream", str(up)])
+        pid = procs.start([python, __file__, "--serve-upstream", str(up)], cpus=args.load_cpus)
         wait_port(up)
         found: dict[str, Any] = {"direct": (f"http://127.0.0.1:{up}", None, pid)}
         redis_url = start_redis(procs, workdir)
@@ -412,6 +433,7 @@ def targets(args: argparse.Namespace, tools: dict[str, str | None]) -> Iterator[
                 "JOBGATE_GATEWAY_URL": "http://127.0.0.1:9",
                 "PYTHONPATH": str(ROOT),
             },
+            cpus=args.proxy_cpus,
         )
         wait_port(port)
         found["jobgate"] = (f"http://127.0.0.1:{port}/s/{SESSION}/echo", cookie, pid)
@@ -430,7 +452,8 @@ def targets(args: argparse.Namespace, tools: dict[str, str | None]) -> Iterator[
                     str(conf),
                     "-e",
                     str(workdir / "error.log"),
-                ]
+                ],
+                cpus=args.proxy_cpus,
             )
             wait_port(port)
             found["nginx"] = (f"http://127.0.0.1:{port}", None, pid)
@@ -451,7 +474,8 @@ def targets(args: argparse.Namespace, tools: dict[str, str | None]) -> Iterator[
                     f"http://127.0.0.1:{up}",
                     "--log-level",
                     "error",
-                ]
+                ],
+                cpus=args.proxy_cpus,
             )
             wait_port(port)
             found["configurable-http-proxy"] = (f"http://127.0.0.1:{port}", None, pid)
@@ -512,8 +536,21 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get / npm install")
     parser.add_argument("--no-chp", action="store_true", help="skip configurable-http-proxy")
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="give the proxies CPU 0 and the load generators and upstream the other CPUs, so "
+        "a proxy competes with nobody (as on its own host); without it all share every CPU",
+    )
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.proxy_cpus = args.load_cpus = None
+    if args.isolate:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--isolate needs at least two CPUs")
+        args.proxy_cpus, args.load_cpus = {cpus[0]}, set(cpus[1:])
+    return args
 
 
 def main() -> None:
@@ -522,6 +559,8 @@ def main() -> None:
         serve_upstream(args.serve_upstream)
         return
     install = not args.no_install
+    if args.load_cpus:
+        os.sched_setaffinity(0, args.load_cpus)  # the WebSocket load runs in this process
     tools = {
         "wrk": find_or_install("wrk", "wrk", install),
         "nginx": find_or_install("nginx", "nginx", install),
@@ -562,6 +601,11 @@ def main() -> None:
             {
                 "workers": {"jobgate": args.workers, "nginx": args.workers},
                 "cpu_count": os.cpu_count(),
+                "isolation": (
+                    {"proxy_cpus": sorted(args.proxy_cpus), "load_cpus": sorted(args.load_cpus)}
+                    if args.isolate
+                    else None
+                ),
                 "duration_s": args.duration,
                 "rounds": args.rounds,
                 "wrk": {"threads": args.wrk_threads, "connections": args.connections},

@@ -73,16 +73,20 @@ class EventHandler:
 
     async def handle(self, batch: EventBatch) -> None:
         effects = _Effects()
+        events = list(batch.events)
         if batch.node is not None:
             async with self.db() as db, db.begin():
-                await self._register(db, batch.node, effects)
-        if batch.events:
+                events[:0] = await self._register(db, batch.node, effects)
+        if events:
             async with self.db() as db, db.begin():
-                await self._apply(db, batch.events, effects)
+                await self._apply(db, events, effects)
         await self._after_commit(effects)
 
     # -- registration -----------------------------------------------------------------
-    async def _register(self, db: AsyncSession, info: NodeInfo, effects: _Effects) -> None:
+    async def _register(
+        self, db: AsyncSession, info: NodeInfo, effects: _Effects
+    ) -> list[KernelEvent]:
+        """Store what the node says about itself; the events its report implies."""
         now = await db_now(db)
         node = await db.get(Node, info.node_id, with_for_update={"key_share": True})
         if node is None:
@@ -118,6 +122,34 @@ class EventHandler:
         await db.flush()
         await self._orphans(db, info, effects)
         effects.reschedule.add(info.resource_group)
+        return await self._vanished(db, info, now)
+
+    async def _vanished(self, db: AsyncSession, info: NodeInfo, now: datetime) -> list[KernelEvent]:
+        """Kernels live here by the database that the node no longer has (its state was
+        wiped, or a simulated node restarted): they end as if the node had said so."""
+        reported = {k.kernel_id for k in info.kernels}
+        rows = (
+            await db.execute(
+                select(Kernel.id, Kernel.session_id, Kernel.status).where(
+                    Kernel.node_id == info.node_id,
+                    Kernel.status.in_(("preparing", "running", "stopping")),
+                )
+            )
+        ).all()
+        gone = f"not on {info.node_id} any more when its worker registered again"
+        return [
+            KernelEvent(
+                kind="exited" if status == "stopping" else "lost",
+                kernel_id=kernel_id,
+                session_id=session_id,
+                node_id=info.node_id,
+                ts=now.timestamp(),
+                message=gone,
+                requested_stop=status == "stopping",
+            )
+            for kernel_id, session_id, status in rows
+            if kernel_id not in reported
+        ]
 
     async def _orphans(self, db: AsyncSession, info: NodeInfo, effects: _Effects) -> None:
         """Containers the node runs for kernels that are not live here: stop them."""

@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from appproxy.backend.timers import CoarseTimers
+
 __all__ = [
     "ConnectionPool",
     "Origin",
@@ -71,8 +73,9 @@ class Origin:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; one exchange at a time."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, timers: CoarseTimers) -> None:
         self.loop = loop
+        self.timers = timers
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
@@ -182,15 +185,17 @@ class _Connection(asyncio.Protocol):
         if self.error is not None:
             raise self.error
         self.waiter = self.loop.create_future()
-        timer = None
         if timeout is not None:
-            timer = self.loop.call_later(timeout, self.fail, UpstreamTimeout("no answer in time"))
+            self.timers.arm(self, timeout, self._timed_out)
         try:
             await self.waiter
         finally:
             self.waiter = None
-            if timer is not None:
-                timer.cancel()
+            if timeout is not None:
+                self.timers.disarm(self)
+
+    def _timed_out(self) -> None:
+        self.fail(UpstreamTimeout("no answer in time"))
 
     async def write(self, data: bytes) -> None:
         if self.closed or self.transport is None:
@@ -281,6 +286,7 @@ class ConnectionPool:
         self._idle_timeout = idle_timeout
         self._idle: dict[Origin, list[_Connection]] = {}
         self._tls = ssl.create_default_context()
+        self._timers = CoarseTimers(resolution=0.1)
 
     async def request(
         self,
@@ -354,7 +360,7 @@ class ConnectionPool:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop),
+                    lambda: _Connection(loop, self._timers),
                     origin.host,
                     origin.port,
                     ssl=self._tls if origin.scheme == "https" else None,
@@ -374,6 +380,7 @@ class ConnectionPool:
         idle.append(conn)
 
     def close(self) -> None:
+        self._timers.close()
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()

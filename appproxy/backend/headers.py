@@ -46,14 +46,6 @@ _REQUEST_DROP: Final = HOP_BY_HOP | {
     b"x-forwarded-port",
     b"x-real-ip",
 }
-# The WebSocket handshake is redone by the client library towards the app.
-_WEBSOCKET_DROP: Final = _REQUEST_DROP | {
-    b"sec-websocket-key",
-    b"sec-websocket-version",
-    b"sec-websocket-extensions",
-    b"sec-websocket-protocol",
-    b"sec-websocket-accept",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +58,9 @@ class Forwarding:
     prefix: str  # "/s/{session}/{app}", "" in subdomain mode
 
 
-def connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """The header names listed in ``Connection`` headers, lower case."""
-    names: set[bytes] = set()
-    for name, value in headers:
-        if name.lower() == b"connection":
-            names.update(t.strip().lower() for t in value.split(b",") if t.strip())
-    return frozenset(names)
+def _tokens(value: bytes) -> set[bytes]:
+    """The header names one ``Connection`` header lists, lower case."""
+    return {t.strip().lower() for t in value.split(b",") if t.strip()}
 
 
 def request_headers(
@@ -81,21 +69,22 @@ def request_headers(
     *,
     hide_authorization: bool,
     cookie_filter: Callable[[bytes], bytes | None] | None = None,
-    websocket: bool = False,
 ) -> list[tuple[bytes, bytes]]:
     """The headers to send to the app (ASGI request header names are lower case).
 
     ``cookie_filter`` rewrites each ``Cookie`` header (None drops it): the frontend
-    passes the function that removes its own cookie.
+    passes the function that removes its own cookie. A WebSocket handshake's
+    ``Sec-WebSocket-*`` headers go through: the app answers the client's own handshake.
     """
-    headers = list(headers)
-    drop = _WEBSOCKET_DROP if websocket else _REQUEST_DROP
-    named = connection_tokens(headers)
     out: list[tuple[bytes, bytes]] = []
     if forwarding.host:
         out.append((b"host", forwarding.host.encode("latin-1")))
+    first = len(out)
+    named: set[bytes] = set()
     for name, value in headers:
-        if name in drop or name in named:
+        if name in _REQUEST_DROP:
+            if name == b"connection":
+                named |= _tokens(value)
             continue
         if name == b"cookie" and cookie_filter is not None:
             kept = cookie_filter(value)
@@ -105,6 +94,8 @@ def request_headers(
         elif name == b"authorization" and hide_authorization:
             continue
         out.append((name, value))
+    if named:  # rare: only the client's own headers can be named away
+        out[first:] = [(n, v) for n, v in out[first:] if n not in named]
     out.append((b"x-forwarded-for", forwarding.client_chain.encode("latin-1")))
     out.append((b"x-forwarded-proto", forwarding.proto.encode("latin-1")))
     out.append((b"x-forwarded-host", forwarding.host.encode("latin-1")))
@@ -115,6 +106,15 @@ def request_headers(
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The app's response headers without hop-by-hop ones, names lower-cased for ASGI."""
-    lowered = [(name.lower(), value) for name, value in raw]
-    named = connection_tokens(lowered)
-    return [(n, v) for n, v in lowered if n not in HOP_BY_HOP and n not in named]
+    out: list[tuple[bytes, bytes]] = []
+    named: set[bytes] = set()
+    for name, value in raw:
+        lower = name.lower()
+        if lower in HOP_BY_HOP:
+            if lower == b"connection":
+                named |= _tokens(value)
+            continue
+        out.append((lower, value))
+    if named:
+        out = [(n, v) for n, v in out if n not in named]
+    return out

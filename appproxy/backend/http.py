@@ -27,6 +27,7 @@ from appproxy.backend.client import (
     UpstreamUnavailable,
 )
 from appproxy.backend.headers import response_headers
+from appproxy.backend.timers import CoarseTimers
 from appproxy.backend.upstream import Upstream
 from appproxy.pages import APP_NOT_ANSWERING, APP_TIMED_OUT, send_page
 
@@ -46,15 +47,15 @@ class _DisconnectWatch:
     body has been read, since only one reader may call ``receive()``.
     """
 
-    def __init__(self, receive: Receive, *, body_pending: bool) -> None:
+    def __init__(self, receive: Receive, timers: CoarseTimers, *, body_pending: bool) -> None:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("forwarding runs in a task")
         self._task = task
         self._receive = receive
+        self._timers = timers
         self._ready = not body_pending
         self._wanted = False
-        self._timer: asyncio.TimerHandle | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.gone = False
         self.finishing = False
@@ -65,7 +66,7 @@ class _DisconnectWatch:
             self._watcher = asyncio.create_task(self._watch())
 
     def want_later(self, delay: float) -> None:
-        self._timer = asyncio.get_running_loop().call_later(delay, self.want)
+        self._timers.arm(self, delay, self.want)
 
     def body_done(self) -> None:
         self._ready = True
@@ -73,8 +74,7 @@ class _DisconnectWatch:
             self.want()
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timers.disarm(self)
         if self._watcher is not None:
             self._watcher.cancel()
 
@@ -127,12 +127,13 @@ class HttpForwarder:
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
+        self._timers = CoarseTimers(resolution=0.1)
 
     async def forward(
         self, scope: Scope, receive: Receive, send: Send, upstream: Upstream, *, as_json: bool
     ) -> None:
         has_body, chunked = _body_framing(scope)
-        watch = _DisconnectWatch(receive, body_pending=has_body)
+        watch = _DisconnectWatch(receive, self._timers, body_pending=has_body)
         body = _RequestBody(receive, watch) if has_body else None
         watch.want_later(_WATCH_AFTER)  # a long wait for the answer (long polling) is watched
         try:

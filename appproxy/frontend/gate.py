@@ -159,7 +159,6 @@ class SessionGate:
             forwarding,
             cookie_filter=strip_cookie,
             hide_authorization=principal is not None and principal.via == "bearer",
-            websocket=req.websocket,
         )
         stats = self._counters.stats(target.session_id, target.app)
         upstream = Upstream(app.upstream, request_target, headers, stats)

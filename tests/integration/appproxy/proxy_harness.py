@@ -47,6 +47,7 @@ class AppState:
     sse_client_gone: asyncio.Event = field(default_factory=asyncio.Event)
     upload_first_chunk: asyncio.Event = field(default_factory=asyncio.Event)
     ws_close_codes: list[int | None] = field(default_factory=list)
+    ws_flood_sent: int = 0
     ws_closed: asyncio.Event = field(default_factory=asyncio.Event)
     ws_origins: list[str | None] = field(default_factory=list)
     ws_hosts: list[tuple[str | None, str | None]] = field(default_factory=list)
@@ -144,8 +145,9 @@ class SampleApp:
         return response
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
-        """Echo; "close:CODE" makes the app close with CODE and reason "bye"."""
-        ws = web.WebSocketResponse(protocols=("jupyter.v1", "other.v2"))
+        """Echo; "close:CODE" makes the app close with CODE and reason "bye", "crash" makes
+        it drop the connection without a close frame, "flood:N" sends N 64 KiB messages."""
+        ws = web.WebSocketResponse(protocols=("jupyter.v1", "other.v2"), compress=True)
         await ws.prepare(request)
         self.state.ws_origins.append(request.headers.get("Origin"))
         self.state.ws_hosts.append(
@@ -154,6 +156,13 @@ class SampleApp:
         async for msg in ws:
             if msg.type == WSMsgType.TEXT and msg.data.startswith("close:"):
                 await ws.close(code=int(msg.data[6:]), message=b"bye")
+            elif msg.type == WSMsgType.TEXT and msg.data == "crash":
+                assert request.transport is not None
+                request.transport.abort()
+            elif msg.type == WSMsgType.TEXT and msg.data.startswith("flood:"):
+                for _ in range(int(msg.data[6:])):
+                    await ws.send_bytes(b"f" * 65536)
+                    self.state.ws_flood_sent += 1
             elif msg.type == WSMsgType.TEXT:
                 await ws.send_str(msg.data)
             elif msg.type == WSMsgType.BINARY:
@@ -221,6 +230,13 @@ class Proxy:
     redis: Redis
     upstream: AppServer
     settings: ProxySettings
+    server: uvicorn.Server
+    serving: asyncio.Task[None]
+
+    async def stop(self) -> None:
+        """Shut the proxy down as SIGTERM would (graceful, then connections are closed)."""
+        self.server.should_exit = True
+        await self.serving
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, timeout=10.0, **kwargs)
@@ -313,7 +329,7 @@ async def proxy_starter(
         assert isinstance(proxy_app, ProxyApp)
         assert proxy_app.routes is not None
         await asyncio.wait_for(proxy_app.routes.live.wait(), 10)
-        proxy = Proxy(f"http://127.0.0.1:{port}", proxy_app, redis, app, settings)
+        proxy = Proxy(f"http://127.0.0.1:{port}", proxy_app, redis, app, settings, server, task)
         await proxy.set_route()
         return proxy
 

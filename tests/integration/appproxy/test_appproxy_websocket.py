@@ -144,3 +144,69 @@ async def test_websocket_traffic_counts_as_activity(proxy_factory: ProxyFactory)
         await ws.recv()
         await recorder.flush()
         assert await proxy.redis.get(key) is not None
+
+
+async def test_app_that_drops_the_connection_closes_client_with_1011(proxy: Proxy) -> None:
+    async with connect(
+        ws_url(proxy, f"/s/{SESSION}/echo/ws"), additional_headers=cookie_header(proxy)
+    ) as ws:
+        await ws.send("still there?")
+        assert await ws.recv() == "still there?"
+        await ws.send("crash")  # the app aborts its TCP connection: no close frame
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), HANG_GUARD)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1011
+
+
+async def test_proxy_shutdown_tells_open_websockets_it_is_going_away(
+    proxy_factory: ProxyFactory,
+) -> None:
+    proxy = await proxy_factory()
+    async with connect(
+        ws_url(proxy, f"/s/{SESSION}/echo/ws"), additional_headers=cookie_header(proxy)
+    ) as ws:
+        await ws.send("hi")
+        assert await ws.recv() == "hi"
+        stopping = asyncio.create_task(proxy.stop())
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), HANG_GUARD)
+        await asyncio.wait_for(stopping, HANG_GUARD)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1001
+    # and the app's side of the tunnel was closed too
+    await asyncio.wait_for(proxy.upstream.state.ws_closed.wait(), HANG_GUARD)
+
+
+async def test_compression_is_agreed_between_client_and_app(proxy: Proxy) -> None:
+    async with connect(
+        ws_url(proxy, f"/s/{SESSION}/echo/ws"),
+        additional_headers=cookie_header(proxy),
+        compression="deflate",
+    ) as ws:
+        assert "permessage-deflate" in ws.response.headers["Sec-WebSocket-Extensions"]
+        text = "print('hello')\n" * 20_000
+        await ws.send(text)
+        assert await ws.recv() == text
+
+
+async def test_a_client_that_stops_reading_holds_the_app_back(proxy: Proxy) -> None:
+    """Back-pressure is end to end: the proxy does not buffer what the client won't take."""
+    state = proxy.upstream.state
+    messages = 1000  # 64 KiB each: 64 MiB if nothing held the app back
+    async with connect(
+        ws_url(proxy, f"/s/{SESSION}/echo/ws"),
+        additional_headers=cookie_header(proxy),
+        compression=None,
+        max_size=None,
+        max_queue=4,
+    ) as ws:
+        await ws.send(f"flood:{messages}")
+        last = -1
+        while state.ws_flood_sent != last:  # until the app is stuck (or done)
+            last = state.ws_flood_sent
+            await asyncio.sleep(0.3)
+        assert state.ws_flood_sent < messages // 2
+        for _ in range(messages):  # reading again lets the app finish
+            assert len(await asyncio.wait_for(ws.recv(), HANG_GUARD)) == 65536
+    assert state.ws_flood_sent == messages

@@ -104,3 +104,17 @@ async def test_a_late_not_started_does_not_rewrite_a_finished_kernel(stack: Stac
     done = await stack.wait_status(session["id"], {"SUCCEEDED"})
     assert done["exit_code"] == 0
     assert (done["kernels"][0]["status"], done["kernels"][0]["exit_code"]) == ("exited", 0)
+
+
+async def test_a_running_session_its_node_no_longer_has_ends_when_the_node_registers(
+    stack: Stack,
+) -> None:
+    """The node's worker comes back without the kernel (its state was wiped): ERROR, not
+    RUNNING forever."""
+    session = await _silent_node_with_a_scheduled_session(stack)
+    await _report(stack, session, "preparing", "running")
+    await stack.wait_status(session["id"], {"RUNNING"})
+    await stack.start_worker("n1")  # a fresh worker for n1: it holds no kernels
+    done = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
+    assert done["status_reason"] == "not on n1 any more when its worker registered again"
+    assert done["kernels"][0]["status"] == "failed"

@@ -12,7 +12,8 @@ MODULES = [
     "appproxy.frontend.addressing",
     "appproxy.frontend.cookies",
     "appproxy.backend.headers",
-    "appproxy.backend.websocket",
+    "appproxy.backend.tunnel",
+    "appproxy.backend.timers",
 ]
 
 
