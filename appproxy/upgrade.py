@@ -182,10 +182,10 @@ class UpgradeProtocol(asyncio.Protocol):
         kind = message["type"]
         if kind == "jobgate.tunnel":
             tunnel: Tunnel = message["tunnel"]
-            self._answered = True
-            if self._lost or self._transport is None:
-                tunnel.client_lost()
+            if self._lost or self._answered or self._transport is None:
+                tunnel.client_lost()  # the client left, or was answered (shutdown): no tunnel
                 return
+            self._answered = True
             self._tunnel = tunnel
             tunnel.attach(self._transport, message["head"], b"".join(self._early))
             self._early = []

@@ -27,7 +27,7 @@ from gateway.db.locks import lock_rows
 from gateway.db.models import Kernel, Node, ResourceGroup, Session
 from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
 from gateway.queue import enqueue_stop, request_schedule
-from gateway.scheduler.allocation import release
+from gateway.scheduler.allocation import end_kernel
 from workers.messages import EventBatch, KernelEvent, NodeInfo, StopKernel
 
 __all__ = ["EventHandler", "Started"]
@@ -204,6 +204,7 @@ class EventHandler:
             for n in (await db.execute(select(Node).where(Node.id.in_(others)))).scalars():
                 nodes[n.id] = n
         siblings = await self._siblings(db, sessions, kernels)
+        abandoned: list[Kernel] = []
         for event in sorted(events, key=lambda e: (e.ts, _ORDER[e.kind])):
             kernel = kernels.get(event.kernel_id)
             if kernel is None:
@@ -221,8 +222,29 @@ class EventHandler:
                 if session.status in TERMINAL:
                     effects.ended.append(session)
                     effects.reschedule.add(session.resource_group)
+                    abandoned += [k for k in ctx.siblings if k.ended_at is None]
                 elif session.status == S.RUNNING:
                     effects.running.append((session, kernel, node))
+        if abandoned:
+            await self._stop_abandoned(db, abandoned, effects)
+
+    async def _stop_abandoned(
+        self, db: AsyncSession, kernels: list[Kernel], effects: _Effects
+    ) -> None:
+        """A cluster session ended (one kernel failed or was lost): stop the others, which
+        would otherwise run on, holding their nodes, for a session that is over."""
+        node_ids = sorted({k.node_id for k in kernels if k.node_id})
+        rows = await db.execute(select(Node.id, Node.queue).where(Node.id.in_(node_ids)))
+        queues = {node_id: queue for node_id, queue in rows}
+        for k in kernels:
+            if k.node_id in queues:
+                job = StopKernel(
+                    kernel_id=k.id,
+                    session_id=k.session_id,
+                    node_id=k.node_id,
+                    reason="another kernel of its session failed",
+                )
+                effects.stops.append((queues[k.node_id], job))
 
     async def _siblings(
         self, db: AsyncSession, sessions: dict[str, Session], kernels: dict[str, Kernel]
@@ -278,11 +300,7 @@ class _Ctx:
             self.effects.stops.append((self.node.queue, job))
 
     def end_kernel(self, status: str, exit_code: int | None = None) -> None:
-        self.kernel.status = status
-        self.kernel.exit_code = exit_code
-        self.kernel.ended_at = self.kernel.ended_at or self.now
-        self.kernel.updated_at = self.now
-        release(self.node, self.kernel)
+        end_kernel(self.node, self.kernel, status, self.now, exit_code)
         self.effects.reschedule.add(self.session.resource_group)
 
     @property

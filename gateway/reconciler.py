@@ -33,7 +33,7 @@ from gateway.db.locks import lock_rows
 from gateway.db.models import Kernel, Node, Session
 from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
 from gateway.queue import enqueue_start, enqueue_stop, request_schedule
-from gateway.scheduler.allocation import release
+from gateway.scheduler.allocation import end_kernel, release
 from gateway.scheduler.applier import start_job
 from gateway.scheduler.snapshot import alive_nodes
 from gateway.services.sessions import begin_termination
@@ -187,6 +187,7 @@ class Reconciler:
         lost = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(lost_ids))}
         requeue_cut = now - timedelta(seconds=self.settings.requeue_after_s)
         error_cut = now - timedelta(seconds=self.settings.node_lost_timeout_s)
+        given_up: list[str] = []
         for kernel in kernels:
             session = sessions.get(kernel.session_id)
             node = lost.get(kernel.node_id or "")
@@ -197,12 +198,42 @@ class Reconciler:
             if kernel.status == "scheduled" and node.last_seen_at < requeue_cut:
                 await self._settle_unstarted(db, node, kernel, session, now, work)
             elif node.last_seen_at < error_cut:
-                release(node, kernel)
-                kernel.status, kernel.ended_at = "failed", now
+                end_kernel(node, kernel, "failed", now)
                 if can_transition(session.status, S.ERROR):
                     db.add(transition(session, S.ERROR, f"node {node.id} stopped responding", now))
                     work.changed.append(session)
+                    given_up.append(session.id)
                 work.groups.add(session.resource_group)
+        if given_up:
+            await self._stop_survivors(db, given_up, lost_ids, nodes, work)
+
+    async def _stop_survivors(
+        self,
+        db: AsyncSession,
+        session_ids: list[str],
+        lost_ids: list[str],
+        nodes: dict[str, Node],
+        work: _Work,
+    ) -> None:
+        """Kernels on healthy nodes of sessions given up with a lost node: stop them (their
+        own nodes' events then end them and free their places)."""
+        rows = await db.execute(
+            select(Kernel.id, Kernel.session_id, Kernel.node_id).where(
+                Kernel.session_id.in_(session_ids),
+                Kernel.ended_at.is_(None),
+                Kernel.node_id.not_in(lost_ids),
+            )
+        )
+        for kernel_id, session_id, node_id in rows:
+            node = nodes.get(node_id or "")
+            if node is not None:
+                stop = StopKernel(
+                    kernel_id=kernel_id,
+                    session_id=session_id,
+                    node_id=node.id,
+                    reason="another kernel of its session was lost",
+                )
+                work.stops.append((node.queue, stop))
 
     async def _settle_unstarted(
         self,
@@ -219,7 +250,7 @@ class Reconciler:
         work.groups.add(session.resource_group)
         why = f"node {node.id} stopped responding before it started"
         if session.status == S.TERMINATING:
-            kernel.status, kernel.ended_at = "cancelled", now
+            end_kernel(node, kernel, "cancelled", now)
             live_siblings = await db.scalar(
                 select(func.count())
                 .select_from(Kernel)

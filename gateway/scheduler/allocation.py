@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from gateway.db.models import Kernel, Node
 from plugins.resources import ResourceSlots
 
-__all__ = ["NodeLedger", "release"]
+__all__ = ["NodeLedger", "end_kernel", "release"]
 
 _ZERO = Decimal(0)
 DeviceAmounts = Mapping[str, Mapping[str, Decimal]]  # slot -> device id -> amount
@@ -117,6 +118,17 @@ class NodeLedger:
 
 def kernel_devices(kernel: Kernel) -> dict[str, dict[str, Decimal]]:
     return {s: {d: Decimal(a) for d, a in per.items()} for s, per in kernel.devices.items()}
+
+
+def end_kernel(
+    node: Node | None, kernel: Kernel, status: str, now: datetime, exit_code: int | None = None
+) -> None:
+    """A kernel is over: its final status, when (the first end wins), its node's share back."""
+    kernel.status = status
+    kernel.exit_code = exit_code
+    kernel.ended_at = kernel.ended_at or now
+    kernel.updated_at = now
+    release(node, kernel)
 
 
 def release(node: Node | None, kernel: Kernel) -> None:

@@ -42,6 +42,7 @@ from gateway.db.models import (
 from gateway.domain.errors import Forbidden, Invalid, QuotaExceeded
 from gateway.domain.status import ACTIVE, SessionStatus, transition
 from gateway.queue import enqueue_stop, request_schedule
+from gateway.scheduler.allocation import end_kernel
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.views import get_owned, view
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
@@ -393,9 +394,7 @@ async def _end_kernels(db: AsyncSession, session_id: str, status: str, now: date
     for kernel in (
         await db.execute(select(Kernel).where(Kernel.session_id == session_id))
     ).scalars():
-        kernel.status = status
-        kernel.ended_at = now
-        kernel.updated_at = now
+        end_kernel(None, kernel, status, now)  # never placed: no node share to give back
 
 
 async def _stop_jobs(

@@ -1,0 +1,91 @@
+"""Sessions of several kernels: one kernel's failure ends the session and stops the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from harness import Stack
+
+from workers.messages import EVENTS_QUEUE, EventBatch, KernelEvent
+from workers.queue import connect
+
+
+async def _lost(stack: Stack, session: dict[str, Any], kernel: dict[str, Any]) -> None:
+    """The event a worker sends when a kernel's container vanished under it."""
+    pool = await connect(stack.redis_url)
+    try:
+        event = KernelEvent(
+            kind="lost",
+            kernel_id=kernel["id"],
+            session_id=session["id"],
+            node_id=kernel["node"],
+            ts=time.time(),
+            message="its container disappeared",
+        )
+        await pool.enqueue_job(
+            "handle_events",
+            EventBatch(events=[event]).model_dump(mode="json"),
+            _job_id=f"events:{uuid.uuid4().hex}",
+            _queue_name=EVENTS_QUEUE,
+        )
+    finally:
+        await pool.aclose()
+
+
+async def test_a_lost_kernel_ends_its_cluster_session_and_stops_the_other(
+    stack: Stack,
+) -> None:
+    await stack.start_worker("n1")
+    await stack.start_worker("n2")
+    session = await stack.submit(
+        command=["sleep", "300"], cluster_size=2, resources={"cpu": "0.5", "mem": "64m"}
+    )
+    running = await stack.wait_status(session["id"], {"RUNNING"}, timeout=30)
+    first, second = sorted(running["kernels"], key=lambda k: k["id"])
+    await _lost(stack, running, first)
+    failed = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
+    assert failed["status_reason"] == "its container disappeared"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the other kernel is stopped, not left running
+        kernels = (await stack.get(session["id"]))["kernels"]
+        other = next(k for k in kernels if k["id"] == second["id"])
+        if other["status"] not in ("scheduled", "preparing", "running", "stopping"):
+            break
+        await asyncio.sleep(0.2)
+    kernels = {k["id"]: k for k in (await stack.get(session["id"]))["kernels"]}
+    assert kernels[second["id"]]["status"] == "exited"
+    async with stack.client() as api:
+        for node in ("n1", "n2"):
+            occupied = (await api.get(f"/v1/nodes/{node}")).json()["occupied"]
+            assert occupied.get("cpu", "0") in ("0", "0.0"), (node, occupied)
+
+
+async def test_a_lost_node_ends_the_cluster_session_and_stops_its_kernel_elsewhere(
+    stack: Stack,
+) -> None:
+    stack.settings.node_lost_timeout_s = 1.0
+    doomed = await stack.start_worker_process("n1", JOBGATE_WORKER_CPU="1")
+    await stack.start_worker("n2", worker_cpu="1")
+    session = await stack.submit(
+        command=["sleep", "300"], cluster_size=2, resources={"cpu": "1", "mem": "64m"}
+    )
+    running = await stack.wait_status(session["id"], {"RUNNING"}, timeout=30)
+    assert sorted(k["node"] for k in running["kernels"]) == ["n1", "n2"]
+    await doomed.kill9()
+    failed = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
+    assert failed["status_reason"] == "node n1 stopped responding"
+    deadline = time.monotonic() + 30
+    survivor: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        kernels = (await stack.get(session["id"]))["kernels"]
+        survivor = next(k for k in kernels if k["node"] == "n2")
+        if survivor["status"] not in ("scheduled", "preparing", "running", "stopping"):
+            break
+        await asyncio.sleep(0.2)
+    assert survivor["status"] == "exited"
+    async with stack.client() as api:
+        occupied = (await api.get("/v1/nodes/n2")).json()["occupied"]
+    assert occupied.get("cpu", "0") in ("0", "0.0"), occupied
