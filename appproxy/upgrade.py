@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 _END_OF_HEAD: Final = b"\r\n\r\n"
 _MAX_HEAD: Final = 65536
+_MAX_EARLY: Final = 65536
 
 
 def _status_line(status: int) -> bytes:
@@ -82,6 +83,7 @@ class UpgradeProtocol(asyncio.Protocol):
             self._tunnel.from_client(data)
         elif self._started:
             self._early.append(data)
+            self._hold_early()
         else:
             self._head += data
             head, found, rest = self._head.partition(_END_OF_HEAD)
@@ -89,6 +91,11 @@ class UpgradeProtocol(asyncio.Protocol):
                 self._start(head, rest)
             elif len(self._head) > _MAX_HEAD:
                 self._answer(431, [], b"")
+
+    def _hold_early(self) -> None:
+        """A client that talks before the app has accepted waits (nothing piles up here)."""
+        if self._transport is not None and sum(map(len, self._early)) > _MAX_EARLY:
+            self._transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -121,6 +128,7 @@ class UpgradeProtocol(asyncio.Protocol):
         self._started = True
         if rest:
             self._early.append(rest)
+            self._hold_early()
         assert self._transport is not None
         lines = head.split(b"\r\n")
         _, target, _ = lines[0].split(b" ", 2)
@@ -189,6 +197,7 @@ class UpgradeProtocol(asyncio.Protocol):
             self._tunnel = tunnel
             tunnel.attach(self._transport, message["head"], b"".join(self._early))
             self._early = []
+            self._transport.resume_reading()
             await tunnel.done
         elif kind == "websocket.http.response.start":
             self._response = (int(message["status"]), list(message.get("headers", [])))
