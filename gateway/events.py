@@ -28,6 +28,7 @@ from gateway.db.models import Kernel, Node, ResourceGroup, Session
 from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
 from gateway.queue import enqueue_stop, request_schedule
 from gateway.scheduler.allocation import end_kernel
+from gateway.services.sessions import stop_jobs
 from workers.messages import EventBatch, KernelEvent, NodeInfo, StopKernel
 
 __all__ = ["EventHandler", "Started"]
@@ -204,7 +205,7 @@ class EventHandler:
             for n in (await db.execute(select(Node).where(Node.id.in_(others)))).scalars():
                 nodes[n.id] = n
         siblings = await self._siblings(db, sessions, kernels)
-        abandoned: list[Kernel] = []
+        abandoned: set[str] = set()  # sessions that ended with kernels still live
         for event in sorted(events, key=lambda e: (e.ts, _ORDER[e.kind])):
             kernel = kernels.get(event.kernel_id)
             if kernel is None:
@@ -222,29 +223,15 @@ class EventHandler:
                 if session.status in TERMINAL:
                     effects.ended.append(session)
                     effects.reschedule.add(session.resource_group)
-                    abandoned += [k for k in ctx.siblings if k.ended_at is None]
+                    if any(k.ended_at is None for k in ctx.siblings):
+                        abandoned.add(session.id)
                 elif session.status == S.RUNNING:
                     effects.running.append((session, kernel, node))
         if abandoned:
-            await self._stop_abandoned(db, abandoned, effects)
-
-    async def _stop_abandoned(
-        self, db: AsyncSession, kernels: list[Kernel], effects: _Effects
-    ) -> None:
-        """A cluster session ended (one kernel failed or was lost): stop the others, which
-        would otherwise run on, holding their nodes, for a session that is over."""
-        node_ids = sorted({k.node_id for k in kernels if k.node_id})
-        rows = await db.execute(select(Node.id, Node.queue).where(Node.id.in_(node_ids)))
-        queues = {node_id: queue for node_id, queue in rows}
-        for k in kernels:
-            if k.node_id in queues:
-                job = StopKernel(
-                    kernel_id=k.id,
-                    session_id=k.session_id,
-                    node_id=k.node_id,
-                    reason="another kernel of its session failed",
-                )
-                effects.stops.append((queues[k.node_id], job))
+            # a cluster session that ended (one kernel failed or was lost): its other
+            # kernels would run on, holding their nodes, for a session that is over
+            reason = "another kernel of its session failed"
+            effects.stops += await stop_jobs(db, sorted(abandoned), reason)
 
     async def _siblings(
         self, db: AsyncSession, sessions: dict[str, Session], kernels: dict[str, Kernel]

@@ -36,7 +36,7 @@ from gateway.queue import enqueue_start, enqueue_stop, request_schedule
 from gateway.scheduler.allocation import end_kernel, release
 from gateway.scheduler.applier import start_job
 from gateway.scheduler.snapshot import alive_nodes
-from gateway.services.sessions import begin_termination
+from gateway.services.sessions import begin_termination, stop_jobs
 from workers.messages import StartKernel, StopKernel
 
 __all__ = ["Reconciler"]
@@ -204,36 +204,8 @@ class Reconciler:
                     work.changed.append(session)
                     given_up.append(session.id)
                 work.groups.add(session.resource_group)
-        if given_up:
-            await self._stop_survivors(db, given_up, lost_ids, nodes, work)
-
-    async def _stop_survivors(
-        self,
-        db: AsyncSession,
-        session_ids: list[str],
-        lost_ids: list[str],
-        nodes: dict[str, Node],
-        work: _Work,
-    ) -> None:
-        """Kernels on healthy nodes of sessions given up with a lost node: stop them (their
-        own nodes' events then end them and free their places)."""
-        rows = await db.execute(
-            select(Kernel.id, Kernel.session_id, Kernel.node_id).where(
-                Kernel.session_id.in_(session_ids),
-                Kernel.ended_at.is_(None),
-                Kernel.node_id.not_in(lost_ids),
-            )
-        )
-        for kernel_id, session_id, node_id in rows:
-            node = nodes.get(node_id or "")
-            if node is not None:
-                stop = StopKernel(
-                    kernel_id=kernel_id,
-                    session_id=session_id,
-                    node_id=node.id,
-                    reason="another kernel of its session was lost",
-                )
-                work.stops.append((node.queue, stop))
+        if given_up:  # their kernels on other nodes: stopped, their nodes' events end them
+            work.stops += await stop_jobs(db, given_up, "another kernel of its session was lost")
 
     async def _settle_unstarted(
         self,

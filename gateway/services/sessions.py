@@ -377,7 +377,7 @@ async def begin_termination(
     if status != S.TERMINATING:
         db.add(transition(session, S.TERMINATING, stop_reason, now))
         session.terminate_requested_at = now
-    return await _stop_jobs(db, session, stop_reason, grace)
+    return await stop_jobs(db, [session.id], stop_reason, grace)
 
 
 def _history_created(session_id: str, principal: Principal, now: datetime) -> dict[str, Any]:
@@ -397,20 +397,20 @@ async def _end_kernels(db: AsyncSession, session_id: str, status: str, now: date
         end_kernel(None, kernel, status, now)  # never placed: no node share to give back
 
 
-async def _stop_jobs(
-    db: AsyncSession, session: Session, reason: str, grace: float
+async def stop_jobs(
+    db: AsyncSession, session_ids: list[str], reason: str, grace: float = 10.0
 ) -> list[tuple[str, StopKernel]]:
+    """A stop job, with its node's queue, for every kernel of these sessions not yet ended."""
     rows = await db.execute(
-        select(Kernel.id, Node.id, Node.queue)
+        select(Kernel.id, Kernel.session_id, Node.id, Node.queue)
         .join(Node, Node.id == Kernel.node_id)
-        .where(Kernel.session_id == session.id, Kernel.ended_at.is_(None))
+        .where(Kernel.session_id.in_(session_ids), Kernel.ended_at.is_(None))
+        .order_by(Kernel.id)
     )
     return [
         (
             queue,
-            StopKernel(
-                kernel_id=kid, session_id=session.id, node_id=nid, reason=reason, grace=grace
-            ),
+            StopKernel(kernel_id=kid, session_id=sid, node_id=nid, reason=reason, grace=grace),
         )
-        for kid, nid, queue in rows
+        for kid, sid, nid, queue in rows
     ]
