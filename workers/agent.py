@@ -35,7 +35,7 @@ from plugins.accelerators.node import NodeAccelerators, NodeDevices
 from plugins.common import Mount
 from plugins.loader import RUNTIMES, load_one
 from plugins.resources import ResourceSlots
-from plugins.runtimes.base import KernelSpec, Runtime, RuntimeContext, RuntimeInfo, ServicePort
+from plugins.runtimes.base import KernelSpec, Runtime, RuntimeContext, RuntimeInfo
 from workers import queue as queueing
 from workers.apps import App, apps_from_labels, start_command
 from workers.config import WorkerSettings
@@ -94,7 +94,6 @@ class NodeAgent:
         self.tasks: set[asyncio.Task[None]] = set()
         self.runtime_info: RuntimeInfo | None = None
         self.stats: list[dict[str, Any]] = []
-        self.started_at = time.time()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -122,15 +121,9 @@ class NodeAgent:
             version=VERSION,
             **registration_fields(self.devices, self.settings.numa_sysfs_root),
             kernels=[
-                KernelReport(
-                    kernel_id=k.state.kernel_id,
-                    session_id=k.state.session_id,
-                    devices=k.state.devices,
-                    cpuset=k.state.cpuset,
-                )
+                KernelReport(kernel_id=k.state.kernel_id, session_id=k.state.session_id)
                 for k in self.kernels.values()
             ],
-            started_at=self.started_at,
         )
 
     # -- recovery ---------------------------------------------------------------------
@@ -200,7 +193,6 @@ class NodeAgent:
             workdir=job.workdir,
             resources=ResourceSlots.from_json(job.resources),
             mounts=[Mount(m.source, m.target, m.read_only) for m in job.mounts],
-            ports=[ServicePort(p.name, p.protocol, p.container_port) for p in job.ports],
             reservation=self._reserve(job),
             cpuset=job.cpuset,
         )

@@ -57,12 +57,6 @@ class _Message(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class WirePort(_Message):
-    name: str
-    protocol: str
-    container_port: int
-
-
 class WireMount(_Message):
     source: str
     target: str
@@ -92,7 +86,6 @@ class StartKernel(_Message):
     workdir: str | None = None
     resources: dict[str, str] = Field(default_factory=dict)  # ResourceSlots.to_json()
     mounts: list[WireMount] = Field(default_factory=list)
-    ports: list[WirePort] = Field(default_factory=list)
     #: apps from the gateway's image registry (empty: the worker reads the image's label)
     apps: list[WireApp] = Field(default_factory=list)
     #: accelerator slot -> device id -> amount (decimal string)
@@ -137,16 +130,15 @@ class KernelEvent(_Message):
 
 
 class KernelReport(_Message):
-    """A kernel a worker holds, with what it was given (restores allocations)."""
+    """A kernel a worker holds (registration: the gateway settles the ones not listed)."""
 
     kernel_id: str
     session_id: str
-    devices: dict[str, dict[str, str]] = Field(default_factory=dict)
-    cpuset: list[int] | None = None
 
 
 class NodeInfo(_Message):
-    """Sent when a worker starts (registration) and kept fresh in its heartbeat."""
+    """Sent when a worker starts (registration); liveness and device stats travel in the
+    heartbeat key instead."""
 
     node_id: str
     hostname: str
@@ -167,8 +159,6 @@ class NodeInfo(_Message):
     fraction_enforcement: str | None = None
     numa_cpus: dict[str, list[int]] = Field(default_factory=dict)
     kernels: list[KernelReport] = Field(default_factory=list)  # running now
-    stats: list[dict[str, Any]] = Field(default_factory=list)  # DeviceStats as dicts
-    started_at: float = 0.0
 
 
 class EventBatch(_Message):
