@@ -149,7 +149,8 @@ class LogService:
             entries = await live.read(self.redis, session_id, cursor, block_ms=1000)
             if not entries:
                 idle += 1.0
-                status, session = await self._poll(session_id, status, session)
+                session = await self._session(session_id)
+                status = SessionStatus(session.status)
                 if status in TERMINAL:
                     yield _sse("status", _status(session))
                 if idle >= KEEPALIVE_S:
@@ -171,7 +172,7 @@ class LogService:
         # the worker uploads all output before it reports the exit: sweep for stragglers
         async with self.db() as db:
             rows = await _rows_after(db, session_id, seen.last_row)
-            final = (await db.execute(select(Session).where(Session.id == session_id))).scalar_one()
+        final = await self._session(session_id)
         for frame in self._rows(rows, seen, decoders):
             yield frame
         yield _sse(
@@ -179,12 +180,10 @@ class LogService:
             {"status": final.status, "exit_code": final.exit_code, "reason": final.status_reason},
         )
 
-    async def _poll(
-        self, session_id: str, status: SessionStatus, session: Session
-    ) -> tuple[SessionStatus, Session]:
+    async def _session(self, session_id: str) -> Session:
+        """The session as it is now (a quiet stream checks whether it ended meanwhile)."""
         async with self.db() as db:
-            fresh = (await db.execute(select(Session).where(Session.id == session_id))).scalar_one()
-        return SessionStatus(fresh.status), fresh
+            return (await db.execute(select(Session).where(Session.id == session_id))).scalar_one()
 
     def _rows(
         self, rows: Iterable[SessionLog], seen: _Delivered, decoders: _Decoders
