@@ -97,7 +97,8 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     from gateway.db.migrate import upgrade
 
     settings = GatewaySettings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.database_url:  # the embedded SQLite file lives in the data dir
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.effective_database_url, revision)
     typer.echo(f"database at revision {revision}")
 
