@@ -146,15 +146,26 @@ class SampleApp:
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:
         """Echo; "close:CODE" makes the app close with CODE and reason "bye", "crash" makes
-        it drop the connection without a close frame, "flood:N" sends N 64 KiB messages."""
+        it drop the connection without a close frame, "flood:N" sends N 64 KiB messages,
+        "sink:S" stops reading for S seconds and then swallows binary messages until "end",
+        answering "sunk:COUNT"."""
         ws = web.WebSocketResponse(protocols=("jupyter.v1", "other.v2"), compress=True)
         await ws.prepare(request)
         self.state.ws_origins.append(request.headers.get("Origin"))
         self.state.ws_hosts.append(
             (request.headers.get("Host"), request.headers.get("X-Forwarded-Host"))
         )
+        sinking, sunk = False, 0
         async for msg in ws:
-            if msg.type == WSMsgType.TEXT and msg.data.startswith("close:"):
+            if sinking and msg.type == WSMsgType.BINARY:
+                sunk += 1
+            elif sinking and msg.type == WSMsgType.TEXT and msg.data == "end":
+                sinking = False
+                await ws.send_str(f"sunk:{sunk}")
+            elif msg.type == WSMsgType.TEXT and msg.data.startswith("sink:"):
+                await asyncio.sleep(float(msg.data[5:]))
+                sinking, sunk = True, 0
+            elif msg.type == WSMsgType.TEXT and msg.data.startswith("close:"):
                 await ws.close(code=int(msg.data[6:]), message=b"bye")
             elif msg.type == WSMsgType.TEXT and msg.data == "crash":
                 assert request.transport is not None

@@ -210,3 +210,55 @@ async def test_a_client_that_stops_reading_holds_the_app_back(proxy: Proxy) -> N
         for _ in range(messages):  # reading again lets the app finish
             assert len(await asyncio.wait_for(ws.recv(), HANG_GUARD)) == 65536
     assert state.ws_flood_sent == messages
+
+
+async def test_an_app_that_stops_reading_holds_the_client_back(proxy: Proxy) -> None:
+    messages = 1000  # 64 KiB each: 64 MiB would pile up in the proxy without back-pressure
+    async with connect(
+        ws_url(proxy, f"/s/{SESSION}/echo/ws"),
+        additional_headers=cookie_header(proxy),
+        compression=None,
+        max_size=None,
+    ) as ws:
+        await ws.send("sink:4")  # the app reads nothing for 4 seconds
+        sent = 0
+
+        async def pump() -> None:
+            nonlocal sent
+            for _ in range(messages):
+                await ws.send(b"c" * 65536)
+                sent += 1
+
+        pumping = asyncio.create_task(pump())
+        last = -1
+        while sent != last:  # until the client is stuck (or done)
+            last = sent
+            await asyncio.sleep(0.3)
+        assert sent < messages // 2
+        await asyncio.wait_for(pumping, HANG_GUARD)  # the app reads again: all goes through
+        await ws.send("end")
+        assert await asyncio.wait_for(ws.recv(), HANG_GUARD) == f"sunk:{messages}"
+
+
+async def test_an_app_that_never_answers_the_upgrade_gets_504(
+    proxy_factory: ProxyFactory,
+) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)  # takes the request, answers nothing
+        await asyncio.wait_for(reader.read(), HANG_GUARD)  # until the proxy gives up on it
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        proxy = await proxy_factory(proxy_upstream_read_timeout=0.5)
+        await proxy.set_route(upstream=f"http://127.0.0.1:{port}")
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(
+                ws_url(proxy, f"/s/{SESSION}/echo/ws"), additional_headers=cookie_header(proxy)
+            ):
+                pass
+        assert refused.value.response.status_code == 504
+    finally:
+        server.close()
