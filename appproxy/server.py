@@ -55,8 +55,9 @@ log = logging.getLogger(__name__)
 class ProxyApp:
     """The ASGI application; everything it needs is created at startup, in the server's loop."""
 
-    def __init__(self, settings: ProxySettings) -> None:
+    def __init__(self, settings: ProxySettings, *, freeze_heap: bool = False) -> None:
         self.settings = settings
+        self._freeze_heap = freeze_heap
         self.gate: SessionGate | None = None
         self.routes: RouteStore | None = None
         self.activity: ActivityRecorder | None = None
@@ -134,10 +135,12 @@ class ProxyApp:
             base_domain=s.proxy_base_domain,
             internal=internal,
         )
-        # What exists now lives as long as the proxy: keep the collector from walking it
-        # again and again (a full collection of it took ~35 ms; wrk's p99 went from ~48 ms
-        # to ~12 ms).
-        gc.freeze()
+        if self._freeze_heap:
+            # What exists now lives as long as the proxy process: keep the collector from
+            # walking it again and again (a full collection of it took ~35 ms; wrk's p99
+            # went from ~48 ms to ~12 ms). Only for a process of its own (serve()): in a
+            # shared one, frozen garbage would never be collected.
+            gc.freeze()
 
     async def shutdown(self) -> None:
         self.gate = None
@@ -152,8 +155,8 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-def create_app(settings: ProxySettings) -> ProxyApp:
-    return ProxyApp(settings)
+def create_app(settings: ProxySettings, *, freeze_heap: bool = False) -> ProxyApp:
+    return ProxyApp(settings, freeze_heap=freeze_heap)
 
 
 class RedactTokens(logging.Filter):
@@ -172,7 +175,9 @@ class RedactTokens(logging.Filter):
         return True
 
 
-def uvicorn_config(settings: ProxySettings, **overrides: Any) -> uvicorn.Config:
+def uvicorn_config(
+    settings: ProxySettings, *, freeze_heap: bool = False, **overrides: Any
+) -> uvicorn.Config:
     """uvicorn settings for the proxy; ``overrides`` are for tests and benchmarks."""
     options: dict[str, Any] = {
         "host": settings.proxy_host,
@@ -187,7 +192,7 @@ def uvicorn_config(settings: ProxySettings, **overrides: Any) -> uvicorn.Config:
         "log_level": "info",
     }
     options.update(overrides)
-    config = uvicorn.Config(create_app(settings), **options)
+    config = uvicorn.Config(create_app(settings, freeze_heap=freeze_heap), **options)
     # uvicorn configured its loggers just now: the filter goes on after that
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, RedactTokens) for f in access.filters):
@@ -196,14 +201,14 @@ def uvicorn_config(settings: ProxySettings, **overrides: Any) -> uvicorn.Config:
 
 
 def _run_worker(settings: ProxySettings, sock: socket.socket) -> None:
-    uvicorn.Server(uvicorn_config(settings)).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(settings, freeze_heap=True)).run(sockets=[sock])
 
 
 def serve(settings: ProxySettings | None = None) -> None:
     """Run the proxy until SIGINT/SIGTERM (``jobgate proxy serve`` calls this)."""
     settings = settings or ProxySettings()
     if settings.proxy_workers == 1:
-        uvicorn.Server(uvicorn_config(settings)).run()
+        uvicorn.Server(uvicorn_config(settings, freeze_heap=True)).run()
         return
     # Several processes accept on one listening socket, as uvicorn's own workers do.
     family = socket.AF_INET6 if ":" in settings.proxy_host else socket.AF_INET
