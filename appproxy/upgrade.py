@@ -31,6 +31,7 @@ from appproxy.corked import uncorked
 __all__ = ["UpgradeProtocol"]
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("uvicorn.access")  # uvicorn's, with RedactTokens on it
 
 _END_OF_HEAD: Final = b"\r\n\r\n"
 _MAX_HEAD: Final = 65536
@@ -60,6 +61,7 @@ class UpgradeProtocol(asyncio.Protocol):
             config.load()
         self._app = config.loaded_app
         self._root_path: str = config.root_path
+        self._access_log: bool = config.access_log
         self._app_state = app_state
         self._connections: set[Any] = server_state.connections
         self._tasks: set[asyncio.Task[None]] = server_state.tasks
@@ -72,6 +74,7 @@ class UpgradeProtocol(asyncio.Protocol):
         self._lost_waiter: asyncio.Future[None] | None = None
         self._response: tuple[int, list[tuple[bytes, bytes]]] | None = None
         self._tunnel: Tunnel | None = None
+        self._scope: Scope | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -162,6 +165,7 @@ class UpgradeProtocol(asyncio.Protocol):
             "state": self._app_state.copy(),
             "extensions": {"websocket.http.response": {}, TUNNEL_EXTENSION: {}},
         }
+        self._scope = scope
         task = asyncio.get_running_loop().create_task(self._run(scope))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -195,6 +199,7 @@ class UpgradeProtocol(asyncio.Protocol):
                 return
             self._answered = True
             self._tunnel = tunnel
+            self._log_access(101)
             tunnel.attach(self._transport, message["head"], b"".join(self._early))
             self._early = []
             self._transport.resume_reading()
@@ -215,11 +220,26 @@ class UpgradeProtocol(asyncio.Protocol):
         else:
             raise RuntimeError(f"{kind!r}: this server only tunnels WebSockets (jobgate.tunnel)")
 
+    def _log_access(self, status: int) -> None:
+        """One access-log line per WebSocket, as uvicorn writes one per HTTP request."""
+        if not self._access_log or self._scope is None:
+            return
+        client = self._scope["client"]
+        path = self._scope["raw_path"].decode("latin-1")
+        query = self._scope["query_string"].decode("latin-1")
+        access_log.info(
+            '%s - "WebSocket %s" %d',
+            f"{client[0]}:{client[1]}" if client else "-",
+            f"{path}?{query}" if query else path,
+            status,
+        )
+
     def _answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """An HTTP answer instead of an upgrade; the connection closes after it."""
         self._answered = True
         if self._transport is None or self._lost:
             return
+        self._log_access(status)
         out = [_status_line(status)]
         for name, value in headers:
             if name.lower() not in (b"content-length", b"connection"):

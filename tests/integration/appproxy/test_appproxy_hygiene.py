@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from proxy_harness import SESSION, Proxy, ProxyFactory
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from appproxy.contract import AppRoute, RouteRecord, write_route
 
@@ -74,3 +76,32 @@ async def test_one_server_and_date_header(proxy: Proxy) -> None:
     assert len(response.headers.get_list("server")) == 1  # the app's, not uvicorn's too
     assert response.headers["server"].startswith("Python")  # aiohttp's own
     assert len(response.headers.get_list("date")) == 1
+
+
+async def test_websockets_are_in_the_access_log_without_secrets(
+    proxy_factory: ProxyFactory, all_logs: pytest.LogCaptureFixture
+) -> None:
+    proxy = await proxy_factory(proxy_access_log=True)
+    capture_everything(all_logs)
+    cookie = proxy.cookie()["jobgate_auth"]
+    ws_base = proxy.url.replace("http://", "ws://")
+    async with connect(
+        f"{ws_base}/s/{SESSION}/echo/ws", additional_headers={"Cookie": f"jobgate_auth={cookie}"}
+    ) as ws:
+        await ws.send("hi")
+        assert await ws.recv() == "hi"
+    token = proxy.link("echo").split("jobgate_token=", 1)[1]
+    with pytest.raises(InvalidStatus) as refused:  # a sign-in link is for browsers
+        async with connect(f"{ws_base}/s/{SESSION}/echo/ws?jobgate_token={token}"):
+            pass
+    assert refused.value.response.status_code == 400
+    lines = [r.getMessage() for r in all_logs.records if r.name == "uvicorn.access"]
+    assert any(f'"WebSocket /s/{SESSION}/echo/ws" 101' in line for line in lines), lines
+    assert any(
+        f'"WebSocket /s/{SESSION}/echo/ws?jobgate_token=[redacted]" 400' in line for line in lines
+    ), lines
+    text = "\n".join(
+        r.getMessage() for r in all_logs.records if r.name.startswith(("appproxy", "uvicorn"))
+    )
+    for secret in (token, cookie):
+        assert secret not in text
