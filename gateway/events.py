@@ -114,6 +114,7 @@ class EventHandler:
         node.numa_cpus = {k: list(v) for k, v in info.numa_cpus.items()}
         node.fraction_enforcement = info.fraction_enforcement
         node.limits_enforced = info.limits_enforced
+        node.bind_mounts = info.bind_mounts
         node.cgroup = info.cgroup
         node.runtime_detail = info.runtime_detail
         node.agent_version = info.version

@@ -116,6 +116,7 @@ class NodeAgent:
             labels=self.settings.labels,
             capacity=capacity.to_json(),
             limits_enforced=info.limits_enforced,
+            bind_mounts=info.bind_mounts,
             cgroup=info.cgroup,
             runtime_detail=info.detail,
             version=VERSION,

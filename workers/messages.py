@@ -150,6 +150,7 @@ class NodeInfo(_Message):
     labels: dict[str, str] = Field(default_factory=dict)
     capacity: dict[str, str]  # ResourceSlots.to_json()
     limits_enforced: bool = False
+    bind_mounts: bool = True  # older workers did not say: their runtimes refuse at start
     cgroup: str = "n/a"
     runtime_detail: str = ""
     version: str = ""

@@ -194,6 +194,7 @@ class NodePublic(BaseModel):
     occupied: dict[str, str]
     free: dict[str, str]
     limits_enforced: bool
+    bind_mounts: bool = Field(description="its runtime can mount host directories")
     cgroup: str
     runtime_detail: str
     fraction_enforcement: str | None

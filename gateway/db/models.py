@@ -190,6 +190,8 @@ class Node(Base):
     used_cpus: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"cpus": [...]}
     fraction_enforcement: Mapped[str | None] = mapped_column(String(16), default=None)
     limits_enforced: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: its runtime can bind-mount host directories (the process runtime cannot)
+    bind_mounts: Mapped[bool] = mapped_column(Boolean, default=True)
     cgroup: Mapped[str] = mapped_column(String(32), default="n/a")
     runtime_detail: Mapped[str] = mapped_column(Text, default="")
     agent_version: Mapped[str] = mapped_column(String(64), default="")
@@ -222,6 +224,8 @@ class Session(Base):
     resources: Mapped[dict[str, Any]] = mapped_column(default=dict)  # per kernel
     #: the user asked for cpu/mem explicitly (nodes that cannot enforce limits may refuse)
     limits_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: it mounts host directories (only nodes whose runtime can bind-mount take it)
+    mounts_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     cluster_size: Mapped[int] = mapped_column(Integer, default=1)
     resource_group: Mapped[str] = mapped_column(String(64), default="default")
     priority: Mapped[int] = mapped_column(Integer, default=50)

@@ -210,6 +210,7 @@ class SessionService:
             mounts={"items": [m.model_dump() for m in body.mounts]},
             resources=resources.to_json(),
             limits_requested=CPU in body.resources or MEM in body.resources,
+            mounts_requested=bool(body.mounts),
             cluster_size=body.cluster_size,
             resource_group=body.resource_group,
             priority=body.priority,

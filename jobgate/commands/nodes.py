@@ -74,6 +74,7 @@ def show(
         "arch",
         "cgroup",
         "limits_enforced",
+        "bind_mounts",
         "fraction_enforcement",
         "runtime_detail",
     ):

@@ -170,6 +170,7 @@ class RuntimeInfo:
     version: str = ""
     limits_enforced: bool = False
     cgroup: str = "n/a"  # "v2", "v1-delegated", "v1-none", "n/a"
+    bind_mounts: bool = True  # can put a host directory inside a session
     detail: str = ""
 
 

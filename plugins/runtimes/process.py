@@ -73,6 +73,7 @@ class ProcessRuntime:
             version=f"python {sys.version.split()[0]}",
             limits_enforced=False,
             cgroup="n/a",
+            bind_mounts=False,  # a plain process has no file system of its own to mount into
             detail="local processes without isolation; images are ignored",
         )
 

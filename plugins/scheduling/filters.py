@@ -12,6 +12,7 @@ node-status             is draining/cordoned/lost   ``draining`` / ``cordoned`` 
 architecture            has another arch            ``arch``, the arch asked for
 labels                  lacks a ``key=value``       ``label``, ``gpu_model=A100``
 limits-enforced         cannot enforce cpu/mem      ``limits``
+mounts                  cannot bind-mount           ``mounts``
 fraction-enforcement    would not enforce shares    ``fractions``
 fits                    lacks free slots/devices    ``lacks`` slot / ``device`` / ``quantum``
 ======================  ==========================  =====================================
@@ -37,6 +38,7 @@ __all__ = [
     "FractionEnforcementFilter",
     "LabelsFilter",
     "LimitsEnforcedFilter",
+    "MountsFilter",
     "NodeStatusFilter",
     "ResourceGroupFilter",
 ]
@@ -141,6 +143,21 @@ class LimitsEnforcedFilter(_Static):
         request = shape.request
         asks = CPU in request.requested or MEM in request.requested
         if request.requires_limits or (ctx.config.require_limits_enforced and asks):
+            return self._REJECT
+        return None
+
+
+class MountsFilter(_Static):
+    """Sessions that mount host directories go to nodes whose runtime can (not ``process``)."""
+
+    name: ClassVar[str] = "mounts"
+    _REJECT = Rejection(r.NO_MOUNTS)
+
+    def key(self, request: SessionRequest) -> Hashable:
+        return request.needs_mounts
+
+    def check(self, node: NodeView, shape: Shape, ctx: PassContext) -> Rejection | None:
+        if shape.request.needs_mounts and not node.state.bind_mounts:
             return self._REJECT
         return None
 

@@ -58,6 +58,7 @@ OTHER_GROUP = "resource-group"
 ARCH = "arch"  # detail: the architecture asked for
 LABEL = "label"  # detail: "key=value" the node lacks
 NO_LIMITS = "limits"
+NO_MOUNTS = "mounts"
 UNENFORCED = "fractions"
 TAKEN = "taken"  # gang with distinct nodes: already holds a container of this session
 MISS = "miss"  # a bare "no" while searching; a search only asks *whether* a node refuses
@@ -86,6 +87,7 @@ _PHRASES: dict[str, tuple[str, str]] = {
     ARCH: ("not {detail}", "not {detail}"),
     LABEL: ("without {detail}", "without {detail}"),
     NO_LIMITS: ("without enforced cpu/mem limits", "without enforced cpu/mem limits"),
+    NO_MOUNTS: ("cannot mount host directories", "cannot mount host directories"),
     UNENFORCED: ("without fraction enforcement", "without fraction enforcement"),
     TAKEN: ("holds another container of it", "hold another container of it"),
 }

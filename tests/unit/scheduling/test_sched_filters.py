@@ -14,6 +14,7 @@ from plugins.scheduling.filters import (
     FractionEnforcementFilter,
     LabelsFilter,
     LimitsEnforcedFilter,
+    MountsFilter,
     NodeStatusFilter,
     ResourceGroupFilter,
 )
@@ -92,6 +93,13 @@ SHARES = {"cuda.shares": "0.5"}
             id="limits-required-by-operator",
         ),
         pytest.param(
+            node("n1", bind_mounts=False),
+            session("s", needs_mounts=True),
+            {},
+            "no node fits: 1 node cannot mount host directories",
+            id="mounts-on-a-process-node",
+        ),
+        pytest.param(
             node("n1", devices=gpus("g", 1), fraction_enforcement="none"),
             session("s", slots=SHARES),
             {},
@@ -153,6 +161,12 @@ def test_rejection_reasons(
             session("s", requires_limits=True),
             {},
             id="limits-enforced-node",
+        ),
+        pytest.param(
+            node("n1"), session("s", needs_mounts=True), {}, id="mounts-on-a-container-node"
+        ),
+        pytest.param(
+            node("n1", bind_mounts=False), session("s"), {}, id="no-mounts-on-a-process-node"
         ),
         pytest.param(
             node("n1", devices=gpus("g", 1), fraction_enforcement="none"),
@@ -264,6 +278,14 @@ def verdict(
             reasons.NO_LIMITS,
             "",
             id="limits-enforced",
+        ),
+        pytest.param(
+            MountsFilter,
+            node("n", bind_mounts=False),
+            session("s", needs_mounts=True),
+            reasons.NO_MOUNTS,
+            "",
+            id="mounts",
         ),
         pytest.param(
             FractionEnforcementFilter,

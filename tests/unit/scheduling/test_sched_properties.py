@@ -94,6 +94,7 @@ def nodes(draw: st.DrawFn, index: int, dense: bool) -> NodeState:
         labels=draw(st.sampled_from([{}, {"zone": "a"}, {"zone": "b"}])),
         devices=devs,
         limits_enforced=draw(st.sampled_from([True, True, False])),
+        bind_mounts=draw(st.sampled_from([True, True, False])),
         fraction_enforcement=draw(st.sampled_from([None, "mps", "mps", "none"])),
         numa_cpus=draw(st.sampled_from([{}, {0: cores[:4], 1: cores[4:]}])),
         used_cpus=set(draw(st.lists(st.sampled_from(cores), max_size=4))),
@@ -138,6 +139,7 @@ def sessions(draw: st.DrawFn, index: int, count: int, dense: bool) -> SessionReq
         constraints=draw(st.sampled_from([{}, {}, {}, {"zone": "a"}])),
         arch=draw(st.sampled_from([None] * 4 + ["x86_64", "arm64"])),
         requires_limits=draw(st.sampled_from([False] * 4 + [True])),
+        needs_mounts=draw(st.sampled_from([False] * 4 + [True])),
         attempts=draw(st.integers(0, 40)),
         depends_on=draw(st.sampled_from([[]] * 5 + [["done"], ["broke"], others[:1], others[-2:]])),
         starts_at=draw(st.sampled_from([None] * 5 + [NOW + timedelta(minutes=5)])),
@@ -231,6 +233,7 @@ def check_outcomes(snap: Snapshot, result: Plan) -> None:
             assert n.status == "ready"
             assert n.resource_group == request.resource_group
             assert all(n.labels.get(k) == v for k, v in request.constraints.items())
+            assert n.bind_mounts or not request.needs_mounts
         deps = request.depends_on
         assert all(d == "done" for d in deps), "placed before its dependencies succeeded"
 
