@@ -331,6 +331,9 @@ def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
     if ctx.session.status in TERMINAL or ctx.session.status == S.TERMINATING:
         ctx.stop_container(f"session is {ctx.session.status}")
         return
+    if ctx.session.status == S.SCHEDULED:
+        # its "preparing" is late (batches are handled concurrently): keep the history whole
+        ctx.move(S.PREPARING, f"preparing on {event.node_id}")
     if all(s.status == "running" for s in ctx.siblings):
         ctx.move(S.RUNNING, f"running on {event.node_id}")
 

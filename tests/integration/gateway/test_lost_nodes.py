@@ -118,3 +118,23 @@ async def test_a_running_session_its_node_no_longer_has_ends_when_the_node_regis
     done = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
     assert done["status_reason"] == "not on n1 any more when its worker registered again"
     assert done["kernels"][0]["status"] == "failed"
+
+
+async def test_a_running_event_ahead_of_its_preparing_keeps_the_history_whole(
+    stack: Stack,
+) -> None:
+    """Event batches are handled concurrently: "running" may be applied first."""
+    session = await _silent_node_with_a_scheduled_session(stack)
+    await _report(stack, session, "running")
+    running = await stack.wait_status(session["id"], {"RUNNING"})
+    await _report(stack, session, "preparing")  # late: changes nothing
+    await _report(stack, session, "exited", exit_code=0)
+    done = await stack.wait_status(session["id"], {"SUCCEEDED"})
+    assert [(h["from_status"], h["to_status"]) for h in done["history"]] == [
+        (None, "PENDING"),
+        ("PENDING", "SCHEDULED"),
+        ("SCHEDULED", "PREPARING"),
+        ("PREPARING", "RUNNING"),
+        ("RUNNING", "SUCCEEDED"),
+    ]
+    assert running["history"][-1]["reason"] == "running on n1"
