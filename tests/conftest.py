@@ -6,7 +6,8 @@ a missing service fails the run instead of skipping tests. Run by hand without i
 test whose service is missing is skipped with the reason.
 
 * ``redis_url`` - a private ``redis-server`` for this test run, flushed before each test.
-* ``pg_url`` - a fresh PostgreSQL database for this test run (async URL).
+* ``pg_database`` - a fresh PostgreSQL database for this test run (async URL).
+* ``empty_pg`` - a new, empty PostgreSQL database for one test (plain URL).
 * ``podman_socket`` - the rootless Podman API socket (``unix:///...``).
 * ``pg_url`` - the test run's database, migrated once and emptied before each test.
 * ``stack`` / ``sqlite_stack`` - a real gateway + scheduler (``tests/harness.py``) on
@@ -24,6 +25,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -152,12 +154,12 @@ def pg_server() -> str:
     return url
 
 
-@pytest.fixture(scope="session")
-def pg_database(pg_server: str) -> Iterator[str]:
-    """A database created for this test run and dropped afterwards (async SQLAlchemy URL)."""
+@contextmanager
+def empty_database(pg_server: str, prefix: str = "jobgate_test") -> Iterator[str]:
+    """A new, empty PostgreSQL database (its plain URL), dropped on exit."""
     import asyncpg
 
-    name = f"jobgate_test_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
 
     async def run(sql: str) -> None:
         conn = await asyncpg.connect(pg_server)
@@ -167,11 +169,24 @@ def pg_database(pg_server: str) -> Iterator[str]:
             await conn.close()
 
     run_blocking(lambda: run(f'CREATE DATABASE "{name}"'))
-    base = pg_server.rsplit("/", 1)[0]
     try:
-        yield _async_pg(f"{base}/{name}")
+        yield f"{pg_server.rsplit('/', 1)[0]}/{name}"
     finally:
         run_blocking(lambda: run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def pg_database(pg_server: str) -> Iterator[str]:
+    """A database created for this test run and dropped afterwards (async SQLAlchemy URL)."""
+    with empty_database(pg_server) as url:
+        yield _async_pg(url)
+
+
+@pytest.fixture
+def empty_pg(pg_server: str) -> Iterator[str]:
+    """A new, empty database for one test (plain ``postgresql://`` URL)."""
+    with empty_database(pg_server, "jobgate_empty") as url:
+        yield url
 
 
 # ---- Podman -------------------------------------------------------------------------
