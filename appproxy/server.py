@@ -5,7 +5,7 @@
             ├─ Authenticator ─ UserDirectory (gateway /v1/users/me), Redis (one-time tokens)
             ├─ RouteStore (Redis + cache, pub/sub task)
             ├─ HttpForwarder ─ ConnectionPool (lean HTTP/1.1 client, keep-alive)
-            ├─ WebSocketForwarder ─ handshake, then a byte Tunnel (upgrade.py on uvicorn's side)
+            ├─ WebSocketForwarder ─ pool.connect, handshake, then a byte Tunnel (upgrade.py)
             └─ EndpointCounters ─ ActivityRecorder (Redis, flush task)
 
 uvicorn runs it with uvloop and httptools when installed, without its own ``server`` and
@@ -126,10 +126,7 @@ class ProxyApp:
             routes=routes,
             auth=auth,
             http=HttpForwarder(pool),
-            websocket=WebSocketForwarder(
-                connect_timeout=s.proxy_upstream_connect_timeout,
-                answer_timeout=s.proxy_upstream_read_timeout,
-            ),
+            websocket=WebSocketForwarder(pool),
             counters=metrics.counters,
             trusted=TrustedNetworks(s.proxy_trusted_proxies),
             base_domain=s.proxy_base_domain,

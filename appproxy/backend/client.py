@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, cast
+from typing import Final, TypeVar, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -36,6 +36,7 @@ __all__ = [
     "UpstreamBroken",
     "UpstreamTimeout",
     "UpstreamUnavailable",
+    "request_head",
 ]
 
 _HIGH_WATER: Final = 1024 * 1024  # stop reading from the app above this much unsent body
@@ -68,6 +69,25 @@ class Origin:
             raise ValueError(f"not an http(s) origin: {url!r}")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return Origin(parts.scheme, parts.hostname, port)
+
+
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
+
+
+def request_head(method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """An HTTP/1.1 request head, headers as given; ValueError for a target that would
+    break the request line.
+
+    >>> request_head(b"GET", b"/a?b=1", [(b"host", b"app")])
+    b'GET /a?b=1 HTTP/1.1\\r\\nhost: app\\r\\n\\r\\n'
+    """
+    if b"\r" in target or b"\n" in target or b" " in target:
+        raise ValueError("a request target cannot hold spaces or line breaks")
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    for name, value in headers:
+        lines += (name, b": ", value, b"\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 class _Connection(asyncio.Protocol):
@@ -303,15 +323,9 @@ class ConnectionPool:
         ``headers`` go out as given (the caller frames the body: Content-Length, or
         ``chunked=True`` to have it chunk-encoded here with the header added).
         """
-        if b"\r" in target or b"\n" in target or b" " in target:
-            raise ValueError("a request target cannot hold spaces or line breaks")
-        lines = [method, b" ", target, b" HTTP/1.1\r\n"]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
         if chunked:
-            lines.append(b"transfer-encoding: chunked\r\n")
-        lines.append(b"\r\n")
-        head = b"".join(lines)
+            headers = [*headers, (b"transfer-encoding", b"chunked")]
+        head = request_head(method, target, headers)
         conn, reused = await self._acquire(origin)
         try:
             return await self._exchange(origin, conn, method, head, body, chunked)
@@ -357,10 +371,16 @@ class ConnectionPool:
                 return conn, True
             conn.close()
         loop = asyncio.get_running_loop()
+        return await self.connect(origin, lambda: _Connection(loop, self._timers)), False
+
+    async def connect(self, origin: Origin, protocol: Callable[[], _P]) -> _P:
+        """A new connection to ``origin`` (TLS for https) within the connect timeout; the
+        WebSocket forwarder opens its own (never pooled) connections here too."""
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop, self._timers),
+                    protocol,
                     origin.host,
                     origin.port,
                     ssl=self._tls if origin.scheme == "https" else None,
@@ -369,7 +389,7 @@ class ConnectionPool:
             raise UpstreamTimeout(f"no connection to the app in {self.connect_timeout}s") from exc
         except OSError as exc:
             raise UpstreamUnavailable(f"cannot connect to the app: {exc.strerror or exc}") from exc
-        return conn, False
+        return conn
 
     def put_back(self, origin: Origin, conn: _Connection) -> None:
         idle = self._idle.setdefault(origin, [])

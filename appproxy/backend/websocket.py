@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from typing import Final
 
 from appproxy.asgi import Receive, Scope, Send
-from appproxy.backend.client import Origin
+from appproxy.backend.client import (
+    ConnectionPool,
+    Origin,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    request_head,
+)
 from appproxy.backend.headers import response_headers
 from appproxy.backend.tunnel import TUNNEL_EXTENSION, AppConnection, Tunnel
 from appproxy.backend.upstream import Upstream
@@ -36,12 +41,11 @@ _UPGRADE: Final = [(b"connection", b"upgrade"), (b"upgrade", b"websocket")]
 
 
 class WebSocketForwarder:
-    """Carries WebSockets as byte tunnels once the app has accepted."""
+    """Carries WebSockets as byte tunnels once the app has accepted; connects through the
+    HTTP pool's ``connect`` (same TLS, timeouts and errors), but never pools the socket."""
 
-    def __init__(self, *, connect_timeout: float, answer_timeout: float | None) -> None:
-        self._connect_timeout = connect_timeout
-        self._answer_timeout = answer_timeout
-        self._tls = ssl.create_default_context()
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
 
     async def forward(
         self, scope: Scope, receive: Receive, send: Send, upstream: Upstream, *, as_json: bool
@@ -53,15 +57,12 @@ class WebSocketForwarder:
         started = loop.time()
         try:
             app = await self._handshake(upstream)
-        except TimeoutError:
-            upstream.meter.failed()
-            log.info("app at %s did not answer a WebSocket in time", upstream.origin)
-            await deny_websocket(scope, send, APP_TIMED_OUT, as_json=as_json)
-            return
-        except (OSError, ValueError) as exc:
+        except (UpstreamUnavailable, TimeoutError, OSError, ValueError) as exc:
             upstream.meter.failed()
             log.info("app at %s not answering a WebSocket: %s", upstream.origin, exc)
-            await deny_websocket(scope, send, APP_NOT_ANSWERING, as_json=as_json)
+            timed_out = isinstance(exc, UpstreamTimeout | TimeoutError)
+            page = APP_TIMED_OUT if timed_out else APP_NOT_ANSWERING
+            await deny_websocket(scope, send, page, as_json=as_json)
             return
         upstream.meter.responded(loop.time() - started, app.status)
         if app.status != 101:
@@ -80,22 +81,14 @@ class WebSocketForwarder:
 
     async def _handshake(self, upstream: Upstream) -> AppConnection:
         """Connect, send the upgrade request, wait for the answer's head."""
-        origin = Origin.parse(upstream.origin)
+        head = request_head(
+            b"GET", upstream.target.encode("latin-1"), [*upstream.headers, *_UPGRADE]
+        )
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self._connect_timeout):
-            _, app = await loop.create_connection(
-                lambda: AppConnection(loop),
-                origin.host,
-                origin.port,
-                ssl=self._tls if origin.scheme == "https" else None,
-            )
-        request = [b"GET ", upstream.target.encode("latin-1"), b" HTTP/1.1\r\n"]
-        for name, value in [*upstream.headers, *_UPGRADE]:
-            request += [name, b": ", value, b"\r\n"]
-        request.append(b"\r\n")
-        app.send(b"".join(request))
+        app = await self._pool.connect(Origin.parse(upstream.origin), lambda: AppConnection(loop))
+        app.send(head)
         try:
-            async with asyncio.timeout(self._answer_timeout):
+            async with asyncio.timeout(self._pool.read_timeout):
                 await app.answered
         except BaseException:
             app.close()

@@ -339,6 +339,7 @@ async def test_device_stats_from_the_heartbeat_in_the_api_and_the_cli(
         },
     ]
     text = await cli(stack, "nodes", "show", "n1")
+    assert "bind_mounts           False" in text  # the process runtime's worker
     assert "device mock-cuda-0: Mock A 8GiB numa 0 cuda.device=1 healthy | util 42% mem 3GiB" in (
         text
     )

@@ -25,3 +25,4 @@ async def test_a_session_with_mounts_waits_instead_of_failing_on_a_process_node(
     async with stack.client() as api:
         node = (await api.get("/v1/nodes/n1")).json()
     assert node["occupied"].get("cpu", "0") in ("0", "0.0")
+    assert node["bind_mounts"] is False  # what the node said of itself, as `nodes show` shows

@@ -12,6 +12,7 @@ MODULES = [
     "appproxy.frontend.addressing",
     "appproxy.frontend.cookies",
     "appproxy.backend.headers",
+    "appproxy.backend.client",
     "appproxy.backend.tunnel",
     "appproxy.backend.timers",
 ]
