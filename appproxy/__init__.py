@@ -1,4 +1,4 @@
 """The app proxy: authenticated URLs for the apps inside sessions (see README.md).
 
-Kept free of imports so that the gateway can import :mod:`appproxy.contract` cheaply.
+What it shares with the gateway (route records, keys, tokens) is in :mod:`contract`.
 """

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from redis.exceptions import RedisError
 
-from appproxy.contract import activity_key
+from contract.keys import activity_key
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from appproxy.contract import INVALIDATE_ALL, ROUTE_CHANNEL, RouteRecord, route_key
+from contract.keys import ROUTE_CHANNEL, route_key
+from contract.routes import INVALIDATE_ALL, RouteRecord
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -273,8 +273,8 @@ def start_redis(procs: Processes, workdir: Path) -> str:
 def jobgate_route_and_cookie(redis_url: str, upstream: str) -> str:
     from redis.asyncio import Redis
 
-    from appproxy.contract import AppRoute, RouteRecord, write_route
-    from appproxy.tokens import issue_cookie
+    from contract.routes import AppRoute, RouteRecord, write_route
+    from contract.tokens import issue_cookie
 
     async def write() -> None:
         redis = Redis.from_url(redis_url)

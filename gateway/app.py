@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
+from contract import arq as queue
 from gateway.api import problems
 from gateway.api.routes import (
     apps,
@@ -43,7 +44,6 @@ from gateway.queue import connect
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 from gateway.state import AppState
-from workers import queue
 
 __all__ = ["create_app"]
 

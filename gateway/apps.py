@@ -21,8 +21,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from appproxy.contract import AppRoute, RouteRecord, activity_key, app_url, end_route, write_route
-from appproxy.tokens import issue_app_token
+from contract.keys import activity_key
+from contract.routes import AppRoute, RouteRecord, app_url, end_route, write_route
+from contract.tokens import issue_app_token
 from gateway.auth import Principal
 from gateway.config import GatewaySettings
 from gateway.db.models import Kernel, Node, Session

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from arq.connections import RedisSettings
 from arq.worker import Worker, func
 
+from contract.arq import make_worker
+from contract.keys import EVENTS_QUEUE
+from contract.messages import EventBatch
 from gateway.events import EventHandler
-from workers.messages import EVENTS_QUEUE, EventBatch
-from workers.queue import json_deserializer, json_serializer
 
 __all__ = ["events_worker"]
 
@@ -21,17 +21,12 @@ async def handle_events(ctx: dict[str, Any], batch: dict[str, Any]) -> None:
 
 def events_worker(redis_url: str, handler: EventHandler, *, handle_signals: bool) -> Worker:
     """Built inside a running loop (arq binds to the current one)."""
-    return Worker(
-        functions=[func(handle_events, name="handle_events", max_tries=5)],
-        queue_name=EVENTS_QUEUE,
-        redis_settings=RedisSettings.from_dsn(redis_url),
-        job_serializer=json_serializer,
-        job_deserializer=json_deserializer,
-        handle_signals=handle_signals,
+    return make_worker(
+        redis_url,
+        EVENTS_QUEUE,
+        [func(handle_events, name="handle_events", max_tries=5)],
         max_jobs=16,
-        keep_result=0,
-        poll_delay=0.02,
         job_timeout=60,
+        handle_signals=handle_signals,
         ctx={"events": handler},
-        log_results=False,
     )

@@ -20,6 +20,7 @@ from arq.connections import ArqRedis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.messages import EventBatch, KernelEvent, NodeInfo, StopKernel
 from gateway import live
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
@@ -29,7 +30,6 @@ from gateway.domain.status import TERMINAL, SessionStatus, can_transition, trans
 from gateway.queue import enqueue_stop, request_schedule
 from gateway.scheduler.allocation import end_kernel
 from gateway.services.sessions import stop_jobs
-from workers.messages import EventBatch, KernelEvent, NodeInfo, StopKernel
 
 __all__ = ["EventHandler", "Started"]
 

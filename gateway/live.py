@@ -15,16 +15,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from contract.keys import live_key
 from gateway.db.models import Session
 
 __all__ = ["LIVE_TTL_S", "live_key", "publish", "publish_many", "read", "status_event"]
 
 LIVE_TTL_S = 24 * 3600
 LIVE_MAXLEN = 5000
-
-
-def live_key(session_id: str) -> str:
-    return f"jobgate:live:{session_id}"
 
 
 async def publish(redis: Redis, session_id: str, event: dict[str, Any]) -> None:

@@ -13,12 +13,18 @@ import uuid
 
 from arq.connections import ArqRedis
 
-from workers import queue as jobs
-from workers.messages import SCHEDULER_QUEUE, StartKernel, StopKernel, start_job_id, stop_job_id
+from contract import arq as jobs
+from contract.keys import (
+    SCHEDULER_QUEUE,
+    dirty_key,
+    schedule_job_id,
+    start_job_id,
+    stop_job_id,
+)
+from contract.messages import StartKernel, StopKernel
 
 __all__ = [
     "connect",
-    "dirty_key",
     "enqueue_start",
     "enqueue_starts",
     "enqueue_stop",
@@ -27,10 +33,6 @@ __all__ = [
 
 #: jobs that fail are retried by the reconciler, not by arq's own retry loop
 JOB_EXPIRES_S = 3600
-
-
-def dirty_key(resource_group: str) -> str:
-    return f"jobgate:schedule-dirty:{resource_group}"
 
 
 async def connect(redis_url: str) -> ArqRedis:
@@ -45,7 +47,7 @@ async def request_schedule(pool: ArqRedis, resource_group: str) -> None:
     await pool.enqueue_job(
         "schedule",
         resource_group,
-        _job_id=f"schedule:{resource_group}",
+        _job_id=schedule_job_id(resource_group),
         _queue_name=SCHEDULER_QUEUE,
     )
 

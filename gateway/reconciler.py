@@ -23,7 +23,9 @@ from arq.connections import ArqRedis
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from appproxy.contract import RouteRecord, activity_key, route_key, write_route
+from contract.keys import activity_key, route_key
+from contract.messages import StartKernel, StopKernel
+from contract.routes import RouteRecord, write_route
 from gateway import live
 from gateway.apps import route_for
 from gateway.config import GatewaySettings
@@ -37,7 +39,6 @@ from gateway.scheduler.allocation import end_kernel, release
 from gateway.scheduler.applier import start_job
 from gateway.scheduler.snapshot import alive_nodes
 from gateway.services.sessions import begin_termination, stop_jobs
-from workers.messages import StartKernel, StopKernel
 
 __all__ = ["Reconciler"]
 

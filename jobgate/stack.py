@@ -40,9 +40,9 @@ from typing import IO, cast
 import httpx
 import redis
 
+from contract.keys import EVENTS_QUEUE
 from gateway.config import async_database_url
 from jobgate.profile import Profile
-from workers.messages import EVENTS_QUEUE
 
 __all__ = ["Stack", "StackError", "find_podman_socket"]
 

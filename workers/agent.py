@@ -19,40 +19,39 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
-from arq.connections import ArqRedis, RedisSettings
+from arq.connections import ArqRedis
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
+from contract import arq as queueing
+from contract.apps import App
+from contract.keys import heartbeat_key, node_queue, sim_host_queue
+from contract.messages import (
+    Heartbeat,
+    KernelReport,
+    NodeInfo,
+    StartKernel,
+    StopKernel,
+    WireApp,
+)
 from plugins.accelerators.base import Reservation, ReservationError
 from plugins.accelerators.node import NodeAccelerators, NodeDevices
 from plugins.common import Mount
 from plugins.loader import RUNTIMES, load_one
 from plugins.resources import ResourceSlots
 from plugins.runtimes.base import KernelSpec, Runtime, RuntimeContext, RuntimeInfo
-from workers import queue as queueing
-from workers.apps import App, apps_from_labels, start_command
+from workers.apps import apps_from_labels, service_port, start_command
 from workers.config import WorkerSettings
 from workers.devices import load_accelerators, registration_fields
 from workers.fingerprint import host_capacity, machine_arch
 from workers.kernel import KernelRun, NodeServices
-from workers.messages import (
-    KernelReport,
-    NodeInfo,
-    StartKernel,
-    StopKernel,
-    WireApp,
-    heartbeat_key,
-    node_queue,
-)
 from workers.metrics import WorkerMetrics
-from workers.queue import json_deserializer, json_serializer
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
 from workers.state import KernelState, StateStore
@@ -214,7 +213,7 @@ class NodeAgent:
             return spec, []
         command = spec.command or start_command(job.session_id, apps) or []
         spec = dataclasses.replace(
-            spec, command=command, ports=[*spec.ports, *(a.service_port for a in apps)]
+            spec, command=command, ports=[*spec.ports, *(service_port(a) for a in apps)]
         )
         wire = [
             WireApp(
@@ -257,15 +256,13 @@ class NodeAgent:
 
     def heartbeat(self) -> str:
         info = self.runtime_info
-        return json.dumps(
-            {
-                "node_id": self.node_id,
-                "ts": time.time(),
-                "kernels": sorted(self.kernels),
-                "limits_enforced": info.limits_enforced if info else False,
-                "stats": self.stats,
-            }
-        )
+        return Heartbeat(
+            node_id=self.node_id,
+            ts=time.time(),
+            kernels=sorted(self.kernels),
+            limits_enforced=info.limits_enforced if info else False,
+            stats=self.stats,
+        ).model_dump_json()
 
 
 class Agent:
@@ -322,7 +319,7 @@ class Agent:
         capacity = host_capacity(s.worker_cpu, s.worker_mem)
         accelerators = load_accelerators(s.accelerators)
         if s.sim_nodes > 0:
-            queue = f"jobgate:queue:simhost:{s.node_id}"
+            queue = sim_host_queue(s.node_id)
             ids = [f"{s.node_id}-{i:04d}" for i in range(s.sim_nodes)]
             runtime_name = "sim"
             store_dir = None
@@ -363,22 +360,17 @@ class Agent:
             if node is not None:
                 await node.stop(job)
 
-        return Worker(
-            functions=[
+        return queueing.make_worker(
+            self.settings.redis_url,
+            queue,
+            [
                 func(start_kernel, name="start_kernel", max_tries=3),
                 func(start_kernels, name="start_kernels", max_tries=3),
                 func(stop_kernel, name="stop_kernel", max_tries=3),
             ],
-            queue_name=queue,
-            redis_settings=RedisSettings.from_dsn(self.settings.redis_url),
-            job_serializer=json_serializer,
-            job_deserializer=json_deserializer,
-            handle_signals=False,
             max_jobs=200,
-            keep_result=0,
-            poll_delay=0.01,
             job_timeout=60,
-            log_results=False,
+            poll_delay=0.01,
         )
 
     async def _heartbeats(self, pool: ArqRedis) -> None:

@@ -17,64 +17,22 @@ template rely on the image's own command.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
+from contract.apps import App, with_defaults
 from plugins.runtimes.base import SERVICE_PORTS_LABEL, ServicePort, parse_service_ports
 
-__all__ = [
-    "BUILT_IN",
-    "App",
-    "apps_from_labels",
-    "base_url",
-    "start_command",
-]
+__all__ = ["apps_from_labels", "base_url", "service_port", "start_command"]
 
 
-@dataclass(frozen=True, slots=True)
-class App:
-    name: str
-    port: int  # in the container
-    protocol: str = "http"
-    start: str | None = None  # command template: {port}, {base_url}
-    strip_prefix: bool = False  # the proxy removes /s/{session}/{name} before forwarding
-
-    @property
-    def service_port(self) -> ServicePort:
-        return ServicePort(self.name, self.protocol, self.port)
-
-
-#: what jobgate knows about common apps; an image registry entry overrides it
-BUILT_IN: dict[str, App] = {
-    "jupyter": App(
-        "jupyter",
-        8888,
-        start=(
-            "jupyter lab --ip=0.0.0.0 --port={port} --no-browser --allow-root"
-            " --ServerApp.base_url={base_url} --IdentityProvider.token="
-            " --ServerApp.password= --ServerApp.allow_remote_access=True"
-            " --ServerApp.trust_xheaders=True"
-        ),
-    ),
-    "code-server": App(
-        "code-server",
-        8080,
-        start="code-server --bind-addr 0.0.0.0:{port} --auth none --disable-telemetry",
-        strip_prefix=True,
-    ),
-    "terminal": App("terminal", 7681, strip_prefix=True),
-}
+def service_port(app: App) -> ServicePort:
+    """The port the runtime publishes for *app*."""
+    return ServicePort(app.name, app.protocol, app.port)
 
 
 def apps_from_labels(labels: dict[str, str]) -> list[App]:
     """An image's declared apps, with the built-in start definitions where known."""
-    return [with_defaults(p) for p in parse_service_ports(labels.get(SERVICE_PORTS_LABEL, ""))]
-
-
-def with_defaults(port: ServicePort) -> App:
-    known = BUILT_IN.get(port.name)
-    if known is None:
-        return App(port.name, port.container_port, port.protocol)
-    return App(port.name, port.container_port, port.protocol, known.start, known.strip_prefix)
+    ports = parse_service_ports(labels.get(SERVICE_PORTS_LABEL, ""))
+    return [with_defaults(p.name, p.container_port, p.protocol) for p in ports]
 
 
 def base_url(session_id: str, app: App) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from contract.messages import KernelEvent, WireApp
 from plugins.accelerators.base import ReservationError
 from plugins.runtimes.base import (
     ExitStatus,
@@ -30,7 +31,6 @@ from plugins.runtimes.base import (
     Runtime,
     RuntimeFailure,
 )
-from workers.messages import KernelEvent, WireApp
 from workers.shipper import KernelLogUploader, LogClient
 from workers.state import KernelState, StateStore
 

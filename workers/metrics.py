@@ -48,8 +48,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from contract.messages import KernelEvent, NodeInfo
 from plugins.runtimes.base import LogChunk
-from workers.messages import KernelEvent, NodeInfo
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
 

@@ -15,7 +15,8 @@ import uuid
 from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
-from workers.messages import EVENTS_QUEUE, EventBatch, KernelEvent, NodeInfo
+from contract.keys import EVENTS_QUEUE
+from contract.messages import EventBatch, KernelEvent, NodeInfo
 
 __all__ = ["EventReporter"]
 

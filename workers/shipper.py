@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import httpx
 
+from contract.messages import LogChunkWire, LogOffsets, LogUpload
 from plugins.runtimes.base import LogChunk
 
 __all__ = ["KernelLogUploader", "LogClient"]
@@ -37,19 +38,24 @@ class LogClient:
     async def upload(
         self, kernel_id: str, session_id: str, chunks: list[LogChunk]
     ) -> dict[str, int]:
-        body = {
-            "session_id": session_id,
-            "chunks": [
-                {"stream": c.stream, "offset": c.offset, "data": base64.b64encode(c.data).decode()}
+        body = LogUpload(
+            session_id=session_id,
+            chunks=[
+                LogChunkWire(
+                    stream=c.stream, offset=c.offset, data=base64.b64encode(c.data).decode()
+                )
                 for c in chunks
             ],
-        }
-        response = await self.http.post(f"/v1/internal/kernels/{kernel_id}/logs", json=body)
+        )
+        response = await self.http.post(
+            f"/v1/internal/kernels/{kernel_id}/logs",
+            content=body.model_dump_json(),
+            headers={"Content-Type": "application/json"},
+        )
         if response.status_code == 404:
             raise LookupError(f"the gateway does not know kernel {kernel_id}")
         response.raise_for_status()
-        offsets: dict[str, int] = response.json()["offsets"]
-        return offsets
+        return LogOffsets.model_validate_json(response.content).offsets
 
     async def close(self) -> None:
         await self.http.aclose()

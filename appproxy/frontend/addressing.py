@@ -20,12 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from appproxy.contract import (
-    APP_NAME_PATTERN,
-    SESSION_ID_PATTERN,
-    valid_app_name,
-    valid_session_id,
-)
+from contract.routes import APP_NAME_PATTERN, SESSION_ID_PATTERN, valid_app_name, valid_session_id
 
 __all__ = ["AddSlash", "Target", "parse_host", "parse_path"]
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from redis.exceptions import RedisError
 
-from appproxy.contract import TOKEN_QUERY_PARAM, RouteRecord
 from appproxy.frontend.addressing import Target
 from appproxy.frontend.cookies import cookie_values, set_cookie_header
 from appproxy.frontend.incoming import Incoming
@@ -30,7 +29,9 @@ from appproxy.pages import (
     Page,
 )
 from appproxy.routes import RoutesUnavailable
-from appproxy.tokens import (
+from contract.keys import used_token_key
+from contract.routes import TOKEN_QUERY_PARAM, RouteRecord
+from contract.tokens import (
     AppToken,
     CookieGrant,
     TokenError,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Authenticator", "Exchange", "Outcome", "Principal", "authorized", "take_token"]
 
-USED_TOKEN_PREFIX: Final = "jobgate:app-token-used:"
 _GRANT_CACHE_SIZE: Final = 10_000
 _TOKEN_PREFIX: Final = TOKEN_QUERY_PARAM + "="
 _SIGN_IN_EXPIRED: Final = LINK_EXPIRED.with_detail(
@@ -134,9 +134,7 @@ class Authenticator:
         """
         ttl = max(1, token.expires_at - int(time.time()) + 5)
         try:
-            claimed = await self._redis.set(
-                USED_TOKEN_PREFIX + token.token_id, b"1", nx=True, ex=ttl
-            )
+            claimed = await self._redis.set(used_token_key(token.token_id), b"1", nx=True, ex=ttl)
         except (RedisError, OSError) as exc:
             raise RoutesUnavailable(type(exc).__name__) from exc
         return bool(claimed)

@@ -17,7 +17,6 @@ from appproxy.backend.headers import Forwarding, request_headers
 from appproxy.backend.http import HttpForwarder
 from appproxy.backend.upstream import Upstream
 from appproxy.backend.websocket import WebSocketForwarder
-from appproxy.contract import AppRoute
 from appproxy.frontend.addressing import AddSlash, Target, parse_host, parse_path
 from appproxy.frontend.auth import Authenticator, Outcome, authorized
 from appproxy.frontend.cookies import strip_cookie
@@ -38,6 +37,7 @@ from appproxy.pages import (
     wants_json,
 )
 from appproxy.routes import RouteStore, RoutesUnavailable
+from contract.routes import AppRoute
 
 __all__ = ["SessionGate"]
 

@@ -22,13 +22,13 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.messages import StartKernel, WireApp, WireMount
 from gateway.db.clock import db_now
 from gateway.db.models import Kernel, Node, Session, StatusHistory
 from gateway.domain.status import SessionStatus, bulk_transition
 from gateway.scheduler.allocation import NodeLedger
 from plugins.scheduling.reasons import DID_NOT_FIT
 from plugins.scheduling.types import KernelPlacement, Placement, Plan
-from workers.messages import StartKernel, WireApp, WireMount
 
 __all__ = ["Applied", "apply_plan", "start_job"]
 

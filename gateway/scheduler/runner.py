@@ -15,18 +15,17 @@ import asyncio
 import logging
 from typing import Any
 
-from arq.connections import RedisSettings
 from arq.cron import cron
-from arq.worker import Worker, func
+from arq.worker import func
 
+from contract import arq as queue
+from contract.arq import make_worker
+from contract.keys import SCHEDULER_QUEUE
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.queue import connect
 from gateway.reconciler import Reconciler
 from gateway.scheduler.service import Scheduler
-from workers import queue
-from workers.messages import SCHEDULER_QUEUE
-from workers.queue import json_deserializer, json_serializer
 
 __all__ = ["run_scheduler"]
 
@@ -62,8 +61,10 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
         "scheduler": Scheduler(db, pool, settings),
         "reconciler": Reconciler(db, pool, settings),
     }
-    worker = Worker(
-        functions=[func(schedule, name="schedule", max_tries=3)],
+    worker = make_worker(
+        settings.redis_url,
+        SCHEDULER_QUEUE,
+        [func(schedule, name="schedule", max_tries=3)],
         cron_jobs=[
             cron(
                 tick,
@@ -72,17 +73,10 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
                 timeout=60,
             )
         ],
-        queue_name=SCHEDULER_QUEUE,
-        redis_settings=RedisSettings.from_dsn(settings.redis_url),
-        job_serializer=json_serializer,
-        job_deserializer=json_deserializer,
-        handle_signals=handle_signals,
         max_jobs=8,
-        keep_result=0,
-        poll_delay=0.02,
         job_timeout=120,
+        handle_signals=handle_signals,
         ctx=ctx,
-        log_results=False,
     )
     main = asyncio.ensure_future(worker.async_run())
     try:

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from arq.connections import ArqRedis
 from sqlalchemy import select
 
+from contract.keys import dirty_key
 from gateway import live
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Session
 from gateway.domain.status import SessionStatus
-from gateway.queue import dirty_key, enqueue_starts
+from gateway.queue import enqueue_starts
 from gateway.scheduler.applier import apply_plan
 from gateway.scheduler.snapshot import build_snapshot
 from plugins.scheduling.planner import plan

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.keys import heartbeat_key
 from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.models import Node, ResourceGroup, Session, SessionDependency
@@ -21,7 +22,6 @@ from gateway.scheduler.policy import add_policy_view
 from plugins.resources import ResourceSlots
 from plugins.scheduling.config import SchedulerConfig
 from plugins.scheduling.types import DeviceState, NodeState, NodeStatus, SessionRequest, Snapshot
-from workers.messages import heartbeat_key
 
 __all__ = ["alive_nodes", "build_snapshot", "node_state"]
 

@@ -19,6 +19,7 @@ from sqlalchemy import Table, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.messages import StopKernel
 from gateway import live
 from gateway.api.schemas import SessionCreate, SessionPublic
 from gateway.api.validation import within_roots
@@ -46,7 +47,6 @@ from gateway.scheduler.allocation import end_kernel
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.views import get_owned, view
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
-from workers.messages import StopKernel
 
 __all__ = ["SessionService"]
 

@@ -66,7 +66,7 @@ class NodeDevices:
     details: dict[str, str]
 
     def node_info_fields(self) -> dict[str, Any]:
-        """The accelerator fields of ``workers.messages.NodeInfo`` (capacity: add cpu/mem)."""
+        """The accelerator fields of ``contract.messages.NodeInfo`` (capacity: add cpu/mem)."""
         return {
             "devices": [d.to_json() for d in self.devices],
             "fraction_enforcement": self.enforcement,

@@ -10,12 +10,12 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 
+from contract.apps import with_defaults
 from gateway.api.deps import Admin, CurrentUser, DbSession
 from gateway.api.validation import valid_image_reference
 from gateway.db.models import Image
 from gateway.domain.errors import Invalid, NotFound
 from plugins.runtimes.base import parse_service_ports
-from workers.apps import with_defaults
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
 
@@ -66,7 +66,7 @@ async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> Image
         raise Invalid(f"not an image reference: {name!r}", field="name")
     apps: dict[str, AppDefinition] = {}
     for port in parse_service_ports(body.service_ports or ""):
-        app = with_defaults(port)
+        app = with_defaults(port.name, port.container_port, port.protocol)
         apps[app.name] = AppDefinition(
             port=app.port, protocol=app.protocol, start=app.start, strip_prefix=app.strip_prefix
         )

@@ -6,30 +6,13 @@ import base64
 import binascii
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
 
+from contract.messages import LogOffsets, LogUpload
 from gateway.api.deps import NodeAuth, State
 from gateway.domain.errors import Invalid
 from gateway.services.logs import LogChunkIn
 
 router = APIRouter(prefix="/v1/internal", tags=["internal"], dependencies=[NodeAuth])
-
-
-class ChunkIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    stream: str = Field(pattern="^(stdout|stderr)$")
-    offset: int = Field(ge=0)
-    data: str = Field(description="base64")
-
-
-class LogUpload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    session_id: str
-    chunks: list[ChunkIn] = Field(max_length=1024)
-
-
-class LogOffsets(BaseModel):
-    offsets: dict[str, int]
 
 
 @router.post(

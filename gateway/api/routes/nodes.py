@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter
 from sqlalchemy import func, select
 
+from contract.keys import heartbeat_key
+from contract.messages import Heartbeat
 from gateway.api.deps import Admin, CurrentUser, DbSession, State
 from gateway.api.schemas import NodeList, NodePublic
 from gateway.db.models import Kernel, Node
@@ -14,7 +14,6 @@ from gateway.domain.errors import NotFound
 from gateway.queue import request_schedule
 from gateway.scheduler.snapshot import alive_nodes
 from plugins.resources import ResourceSlots
-from workers.messages import heartbeat_key
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -80,8 +79,7 @@ async def _heartbeat_stats(state: State, node_id: str) -> list[dict[str, object]
     raw = await state.pool.get(heartbeat_key(node_id))
     if raw is None:
         return []
-    stats: list[dict[str, object]] = json.loads(raw).get("stats", [])
-    return stats
+    return Heartbeat.model_validate_json(raw).stats
 
 
 async def _set_state(node_id: str, state: str, db: DbSession, app: State) -> NodePublic:

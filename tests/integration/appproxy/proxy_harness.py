@@ -24,10 +24,10 @@ import uvicorn
 from aiohttp import WSMsgType, web
 from redis.asyncio import Redis
 
-from appproxy.contract import AppRoute, RouteRecord, app_url, write_route
 from appproxy.server import ProxyApp, uvicorn_config
 from appproxy.settings import ProxySettings
-from appproxy.tokens import issue_app_token, issue_cookie
+from contract.routes import AppRoute, RouteRecord, app_url, write_route
+from contract.tokens import issue_app_token, issue_cookie
 
 SECRET = "test-secret-0123456789abcdef"
 SESSION = "0b5e7c1a-7d43-4cf4-9a51-2f0e3c8d9e11"

@@ -20,7 +20,7 @@ from proxy_harness import (
     problem,
 )
 
-from appproxy.tokens import issue_app_token
+from contract.tokens import issue_app_token
 
 pytestmark = pytest.mark.timeout(60)
 

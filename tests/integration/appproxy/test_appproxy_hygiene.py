@@ -10,7 +10,7 @@ from proxy_harness import SESSION, Proxy, ProxyFactory
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from appproxy.contract import AppRoute, RouteRecord, write_route
+from contract.routes import AppRoute, RouteRecord, write_route
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,15 +16,9 @@ import pytest
 from redis.asyncio import Redis
 
 from appproxy.activity import ActivityRecorder
-from appproxy.contract import (
-    ROUTE_CHANNEL,
-    RouteRecord,
-    activity_key,
-    end_route,
-    route_key,
-    write_route,
-)
 from appproxy.routes import RouteStore, RoutesUnavailable
+from contract.keys import ROUTE_CHANNEL, activity_key, route_key
+from contract.routes import RouteRecord, end_route, write_route
 
 pytestmark = pytest.mark.timeout(60)
 SID = "0b5e7c1a-7d43-4cf4-9a51-2f0e3c8d9e11"

@@ -18,16 +18,9 @@ from proxy_harness import (
     running_app,
 )
 
-from appproxy.contract import (
-    ROUTE_CHANNEL,
-    AppRoute,
-    RouteRecord,
-    activity_key,
-    end_route,
-    route_key,
-    write_route,
-)
-from appproxy.tokens import issue_app_token
+from contract.keys import ROUTE_CHANNEL, activity_key, route_key
+from contract.routes import AppRoute, RouteRecord, end_route, write_route
+from contract.tokens import issue_app_token
 
 pytestmark = pytest.mark.timeout(60)
 

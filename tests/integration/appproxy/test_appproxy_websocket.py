@@ -11,7 +11,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin, Subprotocol
 
-from appproxy.contract import AppRoute, RouteRecord, activity_key, write_route
+from contract.keys import activity_key
+from contract.routes import AppRoute, RouteRecord, write_route
 
 pytestmark = pytest.mark.timeout(60)
 HANG_GUARD = 15.0

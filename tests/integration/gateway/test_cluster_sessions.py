@@ -9,8 +9,9 @@ from typing import Any
 
 from harness import Stack
 
-from workers.messages import EVENTS_QUEUE, EventBatch, KernelEvent
-from workers.queue import connect
+from contract.arq import connect
+from contract.keys import EVENTS_QUEUE
+from contract.messages import EventBatch, KernelEvent
 
 
 async def _lost(stack: Stack, session: dict[str, Any], kernel: dict[str, Any]) -> None:

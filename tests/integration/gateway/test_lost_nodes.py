@@ -15,8 +15,9 @@ from typing import Any
 
 from harness import Stack
 
-from workers.messages import EVENTS_QUEUE, EventBatch, KernelEvent
-from workers.queue import connect
+from contract.arq import connect
+from contract.keys import EVENTS_QUEUE
+from contract.messages import EventBatch, KernelEvent
 
 
 async def _silent_node_with_a_scheduled_session(stack: Stack) -> dict[str, Any]:

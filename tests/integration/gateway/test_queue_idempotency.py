@@ -7,8 +7,9 @@ from pathlib import Path
 
 from harness import Stack
 
+from contract.keys import node_queue
+from contract.messages import StartKernel
 from gateway.queue import connect, enqueue_start
-from workers.messages import StartKernel, node_queue
 
 
 async def test_enqueueing_the_same_start_twice_queues_one_job(redis_url: str) -> None:

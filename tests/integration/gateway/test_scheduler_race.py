@@ -12,12 +12,12 @@ from harness import Stack
 from pydantic import SecretStr
 from sqlalchemy import func, select
 
+from contract.keys import heartbeat_key
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.db.models import Kernel, Node, Session
 from gateway.queue import connect
 from gateway.scheduler.service import Scheduler
-from workers.messages import heartbeat_key
 
 
 async def _fake_node(stack: Stack, node_id: str, cpu: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 import tomli_w
 from pydantic import BaseModel
 
+from contract.messages import NodeInfo
 from plugins.accelerators.base import (
     Allocation,
     DeviceStats,
@@ -25,7 +26,6 @@ from plugins.accelerators.mock import MockSettings
 from plugins.accelerators.node import AcceleratorConfigError, NodeAccelerators
 from plugins.accelerators.tpu import TpuPlugin, TpuSettings
 from plugins.resources import ResourceSlots
-from workers.messages import NodeInfo
 
 GIB = 1024**3
 D = Decimal

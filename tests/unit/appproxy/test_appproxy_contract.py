@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from appproxy.contract import AppRoute, RouteRecord, app_url
+from contract.routes import AppRoute, RouteRecord, app_url
 
 SID = "0b5e7c1a-7d43-4cf4-9a51-2f0e3c8d9e11"
 

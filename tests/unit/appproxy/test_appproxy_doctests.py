@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "appproxy.tokens",
+    "contract.tokens",
     "appproxy.frontend.addressing",
     "appproxy.frontend.cookies",
     "appproxy.backend.headers",

@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from appproxy.tokens import (
+from contract.tokens import (
     TokenError,
     issue_app_token,
     issue_cookie,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from contract.messages import KernelEvent, NodeInfo
 from plugins.runtimes.base import KernelHandle, LogChunk
-from workers.messages import KernelEvent, NodeInfo
 from workers.metrics import MetricsError, NodeView, WorkerMetrics, exit_outcome, start_outcome
 
 GiB = 1024**3

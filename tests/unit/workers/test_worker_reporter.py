@@ -6,7 +6,7 @@ from typing import Any
 
 import redis.exceptions
 
-from workers.messages import KernelEvent
+from contract.messages import KernelEvent
 from workers.reporter import EventReporter
 
 

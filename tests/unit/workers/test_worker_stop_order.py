@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from contract.messages import KernelEvent, StartKernel, StopKernel
 from plugins.resources import ResourceSlots
 from plugins.runtimes.base import RuntimeContext
 from plugins.runtimes.sim import SimRuntime, SimSettings
 from workers.agent import NodeAgent
 from workers.config import WorkerSettings
 from workers.kernel import NodeServices
-from workers.messages import KernelEvent, StartKernel, StopKernel
 from workers.state import StateStore
 
 

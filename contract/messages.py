@@ -1,6 +1,6 @@
-"""The worker's wire contract: queue names, job ids and the payloads on its queues.
+"""The gateway <-> worker wire contract: every payload that travels between them.
 
-The gateway imports this module (and nothing else of ``workers``) to talk to workers:
+Both sides import this module; neither imports the other:
 
 * ``start_kernel`` / ``stop_kernel`` jobs go onto the node's own queue
   (``NodeInfo.queue``), with job ids derived from the kernel id, so enqueueing twice is
@@ -9,9 +9,14 @@ The gateway imports this module (and nothing else of ``workers``) to talk to wor
   and the worker starts each kernel once whatever arrives twice;
 * ``handle_events`` jobs carry batches of :class:`KernelEvent` and :class:`NodeInfo`
   from workers to the gateway on ``EVENTS_QUEUE``;
-* heartbeats are Redis keys with a TTL, ``heartbeat_key(node_id)``.
+* heartbeats are Redis keys with a TTL holding a :class:`Heartbeat`
+  (``contract.keys.heartbeat_key``);
+* log output goes over HTTP (``POST /v1/internal/kernels/{id}/logs`` with the node token)
+  as a :class:`LogUpload`, answered by :class:`LogOffsets`.
 
-Every payload is JSON (see :mod:`workers.queue`).
+Queue names and job ids are in :mod:`contract.keys`. Every payload is JSON (see
+:mod:`contract.arq`). Messages ignore fields they do not know, so a newer worker and an
+older gateway (or the reverse) still understand each other.
 """
 
 from __future__ import annotations
@@ -21,36 +26,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "EVENTS_QUEUE",
-    "SCHEDULER_QUEUE",
+    "EventBatch",
+    "EventKind",
+    "Heartbeat",
     "KernelEvent",
     "KernelReport",
+    "LogChunkWire",
+    "LogOffsets",
+    "LogUpload",
     "NodeInfo",
     "StartKernel",
     "StopKernel",
-    "heartbeat_key",
-    "node_queue",
+    "WireApp",
+    "WireMount",
 ]
-
-SCHEDULER_QUEUE = "jobgate:queue:scheduler"
-EVENTS_QUEUE = "jobgate:queue:events"
-HEARTBEAT_PREFIX = "jobgate:heartbeat:"
-
-
-def node_queue(node_id: str) -> str:
-    return f"jobgate:queue:node:{node_id}"
-
-
-def heartbeat_key(node_id: str) -> str:
-    return HEARTBEAT_PREFIX + node_id
-
-
-def start_job_id(kernel_id: str) -> str:
-    return f"start:{kernel_id}"
-
-
-def stop_job_id(kernel_id: str) -> str:
-    return f"stop:{kernel_id}"
 
 
 class _Message(BaseModel):
@@ -167,3 +156,32 @@ class EventBatch(_Message):
 
     node: NodeInfo | None = None  # a registration, when the worker (re)starts
     events: list[KernelEvent] = Field(default_factory=list)
+
+
+class Heartbeat(_Message):
+    """The value of a node's heartbeat key, rewritten every interval with a TTL."""
+
+    node_id: str
+    ts: float  # epoch seconds on the worker
+    kernels: list[str] = Field(default_factory=list)  # kernel ids running there
+    limits_enforced: bool = False
+    stats: list[dict[str, Any]] = Field(default_factory=list)  # DeviceStats.to_json()
+
+
+class LogChunkWire(_Message):
+    stream: Literal["stdout", "stderr"]
+    offset: int = Field(ge=0)  # byte offset of ``data`` in its stream
+    data: str  # base64
+
+
+class LogUpload(_Message):
+    """The body of ``POST /v1/internal/kernels/{kernel_id}/logs``."""
+
+    session_id: str
+    chunks: list[LogChunkWire] = Field(max_length=1024)
+
+
+class LogOffsets(_Message):
+    """The answer: how many bytes of each stream the gateway now holds."""
+
+    offsets: dict[str, int]

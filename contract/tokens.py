@@ -21,7 +21,7 @@ proxy lets a holder in if it is the session's owner or ``admin`` is set.
     >>> verify_app_token("s" * 32, token, now=1061)
     Traceback (most recent call last):
     ...
-    appproxy.tokens.TokenError: the link has expired
+    contract.tokens.TokenError: the link has expired
 """
 
 from __future__ import annotations

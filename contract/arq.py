@@ -1,5 +1,8 @@
 """arq plumbing shared by every process that talks over the queues (gateway and workers).
 
+* ``make_worker()``: the one way we build an arq ``Worker`` (JSON, no results kept,
+  quiet logs, our own signal handling), so the event consumer, the scheduler and the
+  node daemon differ only in what they run and how much at once;
 * JSON instead of arq's default pickle, so a job is readable and never executes code;
 * ``connect()`` for a pool that speaks it;
 * ``enqueue_many()`` for a burst of jobs in one round trip, with arq's own semantics (a
@@ -23,11 +26,20 @@ from typing import Any, cast
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.constants import job_key_prefix, result_key_prefix
+from arq.cron import CronJob
 from arq.jobs import serialize_job
 from arq.utils import timestamp_ms
-from arq.worker import Worker
+from arq.worker import Function, Worker
 
-__all__ = ["QueuedJob", "connect", "enqueue_many", "json_deserializer", "json_serializer", "stop"]
+__all__ = [
+    "QueuedJob",
+    "connect",
+    "enqueue_many",
+    "json_deserializer",
+    "json_serializer",
+    "make_worker",
+    "stop",
+]
 
 
 def json_serializer(obj: dict[str, Any]) -> bytes:
@@ -106,3 +118,37 @@ async def stop(worker: Worker, main: asyncio.Future[None], grace: float = 5.0) -
     with contextlib.suppress(Exception):
         await worker.pool.delete(worker.health_check_key)
     await worker.pool.aclose()
+
+
+def make_worker(
+    redis_url: str,
+    queue: str,
+    functions: list[Function],
+    *,
+    max_jobs: int,
+    job_timeout: int,
+    poll_delay: float = 0.02,
+    handle_signals: bool = False,
+    cron_jobs: list[CronJob] | None = None,
+    ctx: dict[str, Any] | None = None,
+) -> Worker:
+    """An arq worker on *queue* that speaks JSON and keeps no results.
+
+    Build it inside the running event loop (arq binds to the current one); run it with
+    ``worker.async_run()`` and end it with :func:`stop`.
+    """
+    return Worker(
+        functions=functions,
+        cron_jobs=cron_jobs,
+        queue_name=queue,
+        redis_settings=RedisSettings.from_dsn(redis_url),
+        job_serializer=json_serializer,
+        job_deserializer=json_deserializer,
+        handle_signals=handle_signals,
+        max_jobs=max_jobs,
+        keep_result=0,
+        poll_delay=poll_delay,
+        job_timeout=job_timeout,
+        ctx=ctx,
+        log_results=False,
+    )

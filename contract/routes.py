@@ -1,21 +1,22 @@
-"""The app proxy's contract with the gateway: route records, channels, keys and app URLs.
+"""The gateway <-> app proxy contract: route records, app names and app URLs.
 
-The gateway imports this module (and :mod:`appproxy.tokens`, which it re-exports) and
-nothing else of ``appproxy``; it needs only pydantic and, for the async helpers, a
-``redis.asyncio.Redis`` that the caller brings.
+The gateway writes routes and mints links; the proxy reads routes and checks links. Both
+import this module; neither imports the other. It needs only pydantic and, for the async
+helpers, a ``redis.asyncio.Redis`` that the caller brings. Key and channel names are in
+:mod:`contract.keys`.
 
 * **Routes** - one Redis key per session, ``route_key(session_id)``, holding a
   :class:`RouteRecord` as JSON. The gateway writes it with :func:`write_route` once the
   session's ports are known and marks it ended with :func:`end_route` when the session
   ends (the ended record keeps answering "session has ended" for ``ENDED_ROUTE_TTL``).
-  Both publish the session id on ``ROUTE_CHANNEL``; proxies drop their cached copy.
+  Both publish the session id on ``contract.keys.ROUTE_CHANNEL``; proxies drop their cached copy.
   Publishing ``"*"`` tells every proxy to drop its whole cache.
 * **Activity** - the proxy writes ``activity_key(session_id)`` = epoch seconds (an
   integer, as a string) at most every few seconds while traffic flows; the gateway's
   reconciler reads it to end idle interactive sessions.
 * **App URLs** - :func:`app_url` builds the link the gateway returns from
   ``POST /v1/sessions/{id}/apps/{app}``, with a one-time token from
-  :func:`~appproxy.tokens.issue_app_token`.
+  :func:`~contract.tokens.issue_app_token`.
 """
 
 from __future__ import annotations
@@ -27,34 +28,26 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from appproxy.tokens import issue_app_token
+from contract.keys import ROUTE_CHANNEL, route_key
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 __all__ = [
-    "ACTIVITY_KEY_PREFIX",
     "APP_NAME_PATTERN",
     "ENDED_ROUTE_TTL",
-    "ROUTE_CHANNEL",
-    "ROUTE_KEY_PREFIX",
+    "INVALIDATE_ALL",
     "SESSION_ID_PATTERN",
     "TOKEN_QUERY_PARAM",
     "AppRoute",
     "RouteRecord",
-    "activity_key",
     "app_url",
     "end_route",
-    "issue_app_token",
-    "route_key",
     "valid_app_name",
     "valid_session_id",
     "write_route",
 ]
 
-ROUTE_KEY_PREFIX: Final = "jobgate:route:"
-ROUTE_CHANNEL: Final = "jobgate:route-changes"
-ACTIVITY_KEY_PREFIX: Final = "jobgate:activity:"
 ENDED_ROUTE_TTL: Final = 86_400  # an ended route answers "session has ended" for a day
 TOKEN_QUERY_PARAM: Final = "jobgate_token"
 INVALIDATE_ALL: Final = "*"  # published on ROUTE_CHANNEL: drop every cached route
@@ -75,14 +68,6 @@ def valid_session_id(value: str) -> bool:
 def valid_app_name(value: str) -> bool:
     """Lower-case letters, digits, ``_`` and ``-``, at most 32: ``jupyter``, ``code-server``."""
     return bool(_APP_NAME.fullmatch(value))
-
-
-def route_key(session_id: str) -> str:
-    return ROUTE_KEY_PREFIX + session_id
-
-
-def activity_key(session_id: str) -> str:
-    return ACTIVITY_KEY_PREFIX + session_id
 
 
 class AppRoute(BaseModel):

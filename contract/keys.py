@@ -1,0 +1,115 @@
+"""Every Redis name jobgate uses: queues, job ids, keys, channels and streams.
+
+One module, as arq keeps its prefixes in ``constants.py``: whoever reads Redis with
+``redis-cli --scan --pattern 'jobgate:*'`` finds each name here, with who writes it and
+who reads it.
+
+| name | kind | written by | read by |
+|---|---|---|---|
+| ``jobgate:queue:scheduler`` | arq queue | gateway, workers' events | scheduler |
+| ``jobgate:queue:events`` | arq queue | workers | gateway (event consumer) |
+| ``jobgate:queue:node:{node}`` | arq queue | scheduler, gateway | the node's worker |
+| ``jobgate:queue:simhost:{node}`` | arq queue | scheduler | a simulated host |
+| ``jobgate:heartbeat:{node}`` | string, TTL | worker | scheduler, ``/v1/nodes`` |
+| ``jobgate:schedule-dirty:{group}`` | string, TTL | gateway | scheduler |
+| ``jobgate:live:{session}`` | stream | gateway | SSE followers |
+| ``jobgate:route:{session}`` | string | gateway | app proxy |
+| ``jobgate:route-changes`` | pub/sub | gateway | app proxy |
+| ``jobgate:activity:{session}`` | string | app proxy | gateway (idle reaper) |
+| ``jobgate:app-token-used:{id}`` | string, TTL | app proxy | app proxy |
+| ``start:{kernel}``, ``stop:{kernel}``, ``schedule:{group}`` | arq job ids | | |
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ACTIVITY_KEY_PREFIX",
+    "EVENTS_QUEUE",
+    "HEARTBEAT_PREFIX",
+    "LIVE_KEY_PREFIX",
+    "ROUTE_CHANNEL",
+    "ROUTE_KEY_PREFIX",
+    "SCHEDULER_QUEUE",
+    "USED_TOKEN_PREFIX",
+    "activity_key",
+    "dirty_key",
+    "heartbeat_key",
+    "live_key",
+    "node_queue",
+    "route_key",
+    "schedule_job_id",
+    "sim_host_queue",
+    "start_job_id",
+    "stop_job_id",
+    "used_token_key",
+]
+
+PREFIX: Final = "jobgate:"
+
+# ---- arq queues ------------------------------------------------------------------------
+SCHEDULER_QUEUE: Final = "jobgate:queue:scheduler"
+EVENTS_QUEUE: Final = "jobgate:queue:events"
+
+
+def node_queue(node_id: str) -> str:
+    """A worker node's own queue (start and stop jobs for its kernels)."""
+    return f"jobgate:queue:node:{node_id}"
+
+
+def sim_host_queue(node_id: str) -> str:
+    """The one queue a simulated host serves for all its nodes."""
+    return f"jobgate:queue:simhost:{node_id}"
+
+
+# ---- arq job ids: derived from database rows, so a second enqueue is refused -----------
+def start_job_id(kernel_id: str) -> str:
+    return f"start:{kernel_id}"
+
+
+def stop_job_id(kernel_id: str) -> str:
+    return f"stop:{kernel_id}"
+
+
+def schedule_job_id(resource_group: str) -> str:
+    return f"schedule:{resource_group}"
+
+
+# ---- keys ------------------------------------------------------------------------------
+HEARTBEAT_PREFIX: Final = "jobgate:heartbeat:"
+LIVE_KEY_PREFIX: Final = "jobgate:live:"
+ROUTE_KEY_PREFIX: Final = "jobgate:route:"
+ACTIVITY_KEY_PREFIX: Final = "jobgate:activity:"
+USED_TOKEN_PREFIX: Final = "jobgate:app-token-used:"
+ROUTE_CHANNEL: Final = "jobgate:route-changes"
+
+
+def heartbeat_key(node_id: str) -> str:
+    """A node's :class:`~contract.messages.Heartbeat` (JSON) with a TTL: the node is alive."""
+    return HEARTBEAT_PREFIX + node_id
+
+
+def dirty_key(resource_group: str) -> str:
+    """Set when a group needs a scheduling pass; the scheduler clears it before each pass."""
+    return f"jobgate:schedule-dirty:{resource_group}"
+
+
+def live_key(session_id: str) -> str:
+    """A session's stream of live status and log events."""
+    return LIVE_KEY_PREFIX + session_id
+
+
+def route_key(session_id: str) -> str:
+    """A session's :class:`~contract.routes.RouteRecord` (JSON) for the app proxy."""
+    return ROUTE_KEY_PREFIX + session_id
+
+
+def activity_key(session_id: str) -> str:
+    """Epoch seconds of the last proxied traffic into a session."""
+    return ACTIVITY_KEY_PREFIX + session_id
+
+
+def used_token_key(token_id: str) -> str:
+    """Marks a one-time app token as spent."""
+    return USED_TOKEN_PREFIX + token_id
