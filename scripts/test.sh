@@ -86,5 +86,7 @@ say "ruff"
 .venv/bin/ruff format --check --quiet .
 say "mypy"
 .venv/bin/mypy
+say "import-linter (the layers in pyproject.toml)"
+.venv/bin/lint-imports
 say "pytest"
 .venv/bin/pytest "$@"
