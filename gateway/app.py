@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import AsyncIterator
 
@@ -34,7 +33,6 @@ from gateway.api.routes import (
     sessions,
     users,
 )
-from gateway.apps import end_routes, publish_routes
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.consumer import events_worker
@@ -74,8 +72,6 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         task = None
         if run_events:
             handler = EventHandler(db, pool)
-            handler.on_running.append(functools.partial(publish_routes, pool))
-            handler.on_ended.append(functools.partial(end_routes, pool))
             consumer = events_worker(settings.redis_url, handler, handle_signals=False)
             task = asyncio.create_task(consumer.async_run())
         try:

@@ -2,10 +2,11 @@
 
 ::
 
-    worker "running" (apps + host ports) ─▶ EventHandler ─▶ publish_routes ─▶ Redis route
-    session ends ───────────────────────▶ EventHandler ─▶ end_routes ─────▶ "ended" route
+    worker "running" (apps + host ports) ─▶ EventHandler ─▶ route_for ─▶ Outbox.routes
+    session ends ───────────────────────▶ EventHandler ─▶ Outbox.ended_routes
+                              (the outbox writes both to Redis after the commit)
     POST /v1/sessions/{id}/apps/{app} ─▶ open_app ─▶ signed one-time link ─▶ the proxy
-    reconciler (_idle) ─▶ last_activity (keys the proxy writes) ─▶ terminate
+    reconciler (_idle) ─▶ activity keys the proxy writes ─▶ idle_deadline ─▶ terminate
 
 The route and token formats belong to :mod:`appproxy.contract`; this module only decides
 what goes in them.
@@ -14,7 +15,6 @@ what goes in them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,14 +22,14 @@ from typing import Any
 from redis.asyncio import Redis
 
 from contract.keys import activity_key
-from contract.routes import AppRoute, RouteRecord, app_url, end_route, write_route
+from contract.routes import AppRoute, RouteRecord, app_url
 from contract.tokens import issue_app_token
 from gateway.auth import Principal
 from gateway.config import GatewaySettings
 from gateway.db.models import Kernel, Node, Session
 from gateway.domain.errors import Conflict, NotFound
 
-__all__ = ["AppLink", "end_routes", "last_activity", "open_app", "publish_routes", "route_for"]
+__all__ = ["AppLink", "last_activity", "open_app", "route_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,23 +52,6 @@ def route_for(session: Session, kernel: Kernel, node: Node) -> RouteRecord | Non
     if not apps:
         return None
     return RouteRecord(session_id=session.id, owner_id=session.owner_id, apps=apps)
-
-
-async def publish_routes(
-    redis: Redis, running: Iterable[tuple[Session, Kernel, Node | None]]
-) -> None:
-    for session, kernel, node in running:
-        if node is None or session.type != "interactive":
-            continue
-        record = route_for(session, kernel, node)
-        if record is not None:
-            await write_route(redis, record)
-
-
-async def end_routes(redis: Redis, ended: Iterable[Session]) -> None:
-    for session in ended:
-        if session.type == "interactive" and session.apps:
-            await end_route(redis, session.id, owner_id=session.owner_id)
 
 
 def open_app(

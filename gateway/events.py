@@ -11,34 +11,39 @@ freed twice).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from arq.connections import ArqRedis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.messages import EventBatch, KernelEvent, NodeInfo, StopKernel
-from gateway import live
+from contract.messages import EventBatch, KernelEvent, NodeInfo
+from gateway import lifecycle
+from gateway.apps import route_for
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.locks import lock_rows
 from gateway.db.models import Kernel, Node, ResourceGroup, Session
-from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
-from gateway.queue import enqueue_stop, request_schedule
-from gateway.scheduler.allocation import end_kernel
-from gateway.services.sessions import stop_jobs
+from gateway.db.transitions import transition
+from gateway.domain.status import (
+    KERNEL_LIVE,
+    KERNEL_STARTED,
+    TERMINAL,
+    KernelStatus,
+    SessionStatus,
+    can_move_kernel,
+    can_transition,
+)
+from gateway.lifecycle import stop_job, stop_kernels
+from gateway.outbox import Outbox
 
-__all__ = ["EventHandler", "Started"]
-
-#: a session that started, the kernel that reported it, and the kernel's node
-Started = tuple[Session, Kernel, Node | None]
+__all__ = ["EventHandler"]
 
 log = logging.getLogger(__name__)
 S = SessionStatus
-LIVE_KERNEL = ("scheduled", "preparing", "running", "stopping")
+K = KernelStatus
 _ENDING = frozenset({"exited", "start_failed", "not_started", "lost"})
 _ORDER = {
     "preparing": 0,
@@ -51,41 +56,30 @@ _ORDER = {
 }
 
 
-@dataclass
-class _Effects:
-    """What to do in Redis once the transaction committed."""
-
-    stops: list[tuple[str, StopKernel]] = field(default_factory=list)
-    live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    reschedule: set[str] = field(default_factory=set)
-    ended: list[Session] = field(default_factory=list)
-    running: list[Started] = field(default_factory=list)
-
-
 class EventHandler:
     def __init__(self, db: SessionFactory, pool: ArqRedis) -> None:
         self.db = db
         self.pool = pool
-        #: called after commit with sessions that started/ended (the app-proxy routes hook)
-        self.on_running: list[
-            Callable[[list[tuple[Session, Kernel, Node | None]]], Awaitable[None]]
-        ] = []
-        self.on_ended: list[Callable[[list[Session]], Awaitable[None]]] = []
 
     async def handle(self, batch: EventBatch) -> None:
-        effects = _Effects()
+        outbox = await self.commit(batch)
+        await outbox.flush(self.pool)
+
+    async def commit(self, batch: EventBatch) -> Outbox:
+        """Apply *batch* to the database; what to send once it committed."""
+        outbox = Outbox()
         events = list(batch.events)
         if batch.node is not None:
             async with self.db() as db, db.begin():
-                events[:0] = await self._register(db, batch.node, effects)
+                events[:0] = await self._register(db, batch.node, outbox)
         if events:
             async with self.db() as db, db.begin():
-                await self._apply(db, events, effects)
-        await self._after_commit(effects)
+                await self._apply(db, events, outbox)
+        return outbox
 
     # -- registration -----------------------------------------------------------------
     async def _register(
-        self, db: AsyncSession, info: NodeInfo, effects: _Effects
+        self, db: AsyncSession, info: NodeInfo, outbox: Outbox
     ) -> list[KernelEvent]:
         """Store what the node says about itself; the events its report implies."""
         now = await db_now(db)
@@ -122,8 +116,8 @@ class EventHandler:
         if await db.get(ResourceGroup, info.resource_group) is None:
             db.add(ResourceGroup(name=info.resource_group, created_at=now))
         await db.flush()
-        await self._orphans(db, info, effects)
-        effects.reschedule.add(info.resource_group)
+        await self._orphans(db, info, outbox)
+        outbox.schedule.add(info.resource_group)
         return await self._vanished(db, info, now)
 
     async def _vanished(self, db: AsyncSession, info: NodeInfo, now: datetime) -> list[KernelEvent]:
@@ -134,26 +128,26 @@ class EventHandler:
             await db.execute(
                 select(Kernel.id, Kernel.session_id, Kernel.status).where(
                     Kernel.node_id == info.node_id,
-                    Kernel.status.in_(("preparing", "running", "stopping")),
+                    Kernel.status.in_(KERNEL_STARTED),
                 )
             )
         ).all()
         gone = f"not on {info.node_id} any more when its worker registered again"
         return [
             KernelEvent(
-                kind="exited" if status == "stopping" else "lost",
+                kind="exited" if status == K.STOPPING else "lost",
                 kernel_id=kernel_id,
                 session_id=session_id,
                 node_id=info.node_id,
                 ts=now.timestamp(),
                 message=gone,
-                requested_stop=status == "stopping",
+                requested_stop=status == K.STOPPING,
             )
             for kernel_id, session_id, status in rows
             if kernel_id not in reported
         ]
 
-    async def _orphans(self, db: AsyncSession, info: NodeInfo, effects: _Effects) -> None:
+    async def _orphans(self, db: AsyncSession, info: NodeInfo, outbox: Outbox) -> None:
         """Containers the node runs for kernels that are not live here: stop them."""
         reported = {k.kernel_id: k for k in info.kernels}
         if not reported:
@@ -164,26 +158,19 @@ class EventHandler:
                     select(Kernel.id).where(
                         Kernel.id.in_(list(reported)),
                         Kernel.node_id == info.node_id,
-                        Kernel.status.in_(LIVE_KERNEL),
+                        Kernel.status.in_(KERNEL_LIVE),
                     )
                 )
             ).scalars()
         )
         for kernel_id, report in reported.items():
             if kernel_id not in live_ids:
-                job = StopKernel(
-                    kernel_id=kernel_id,
-                    session_id=report.session_id,
-                    node_id=info.node_id,
-                    reason="its session is no longer live",
-                    grace=0.0,
-                )
-                effects.stops.append((info.queue, job))
+                why = "its session is no longer live"
+                job = stop_job(kernel_id, report.session_id, info.node_id, why)
+                outbox.stops.append((info.queue, job))
 
     # -- kernel events ----------------------------------------------------------------
-    async def _apply(
-        self, db: AsyncSession, events: Sequence[KernelEvent], effects: _Effects
-    ) -> None:
+    async def _apply(self, db: AsyncSession, events: Sequence[KernelEvent], outbox: Outbox) -> None:
         now = await db_now(db)
         kernel_ids = sorted({e.kernel_id for e in events})
         # lock order, everywhere: sessions, then kernels, then nodes (gateway.db.locks)
@@ -216,23 +203,22 @@ class EventHandler:
                 continue  # it ended already (a late stop's "not started", a repeat): keep that
             session = sessions[kernel.session_id]
             node = nodes.get(kernel.node_id) if kernel.node_id else None
-            ctx = _Ctx(db, session, kernel, node, siblings[session.id], now, effects)
+            ctx = _Ctx(db, session, kernel, node, siblings[session.id], now, outbox)
             before = session.status
             _HANDLERS[event.kind](ctx, event)
             if session.status != before:
-                effects.live.append((session.id, live.status_event(session)))
+                outbox.status(session)
                 if session.status in TERMINAL:
-                    effects.ended.append(session)
-                    effects.reschedule.add(session.resource_group)
+                    _ended(session, outbox)
                     if any(k.ended_at is None for k in ctx.siblings):
                         abandoned.add(session.id)
                 elif session.status == S.RUNNING:
-                    effects.running.append((session, kernel, node))
+                    _running(session, kernel, node, outbox)
         if abandoned:
             # a cluster session that ended (one kernel failed or was lost): its other
             # kernels would run on, holding their nodes, for a session that is over
             reason = "another kernel of its session failed"
-            effects.stops += await stop_jobs(db, sorted(abandoned), reason)
+            await stop_kernels(db, sorted(abandoned), reason, outbox)
 
     async def _siblings(
         self, db: AsyncSession, sessions: dict[str, Session], kernels: dict[str, Kernel]
@@ -250,16 +236,21 @@ class EventHandler:
                     out[k.session_id].append(k)
         return out
 
-    async def _after_commit(self, effects: _Effects) -> None:
-        for queue, job in effects.stops:
-            await enqueue_stop(self.pool, queue, job)
-        await live.publish_many(self.pool, effects.live)
-        for group in effects.reschedule:
-            await request_schedule(self.pool, group)
-        for started in self.on_running:
-            await started(effects.running)
-        for ended in self.on_ended:
-            await ended(effects.ended)
+
+def _running(session: Session, kernel: Kernel, node: Node | None, outbox: Outbox) -> None:
+    """An interactive session runs: the app proxy's route to it."""
+    if node is None or session.type != "interactive":
+        return
+    record = route_for(session, kernel, node)
+    if record is not None:
+        outbox.routes.append(record)
+
+
+def _ended(session: Session, outbox: Outbox) -> None:
+    """A session is over: its place is free, and its apps' route says so."""
+    outbox.schedule.add(session.resource_group)
+    if session.type == "interactive" and session.apps:
+        outbox.ended_routes.append((session.id, session.owner_id))
 
 
 @dataclass
@@ -270,7 +261,7 @@ class _Ctx:
     node: Node | None
     siblings: list[Kernel]
     now: datetime
-    effects: _Effects
+    outbox: Outbox
 
     def move(self, new: SessionStatus, reason: str) -> None:
         if can_transition(self.session.status, new):
@@ -278,18 +269,12 @@ class _Ctx:
 
     def stop_container(self, reason: str) -> None:
         if self.node is not None:
-            job = StopKernel(
-                kernel_id=self.kernel.id,
-                session_id=self.session.id,
-                node_id=self.node.id,
-                reason=reason,
-                grace=0.0,
-            )
-            self.effects.stops.append((self.node.queue, job))
+            job = stop_job(self.kernel.id, self.session.id, self.node.id, reason)
+            self.outbox.stops.append((self.node.queue, job))
 
-    def end_kernel(self, status: str, exit_code: int | None = None) -> None:
-        end_kernel(self.node, self.kernel, status, self.now, exit_code)
-        self.effects.reschedule.add(self.session.resource_group)
+    def end_kernel(self, status: KernelStatus, exit_code: int | None = None) -> None:
+        lifecycle.end_kernel(self.node, self.kernel, status, self.now, exit_code)
+        self.outbox.schedule.add(self.session.resource_group)
 
     @property
     def all_ended(self) -> bool:
@@ -297,8 +282,8 @@ class _Ctx:
 
 
 def _on_preparing(ctx: _Ctx, event: KernelEvent) -> None:
-    if ctx.kernel.status == "scheduled":
-        ctx.kernel.status = "preparing"
+    if can_move_kernel(ctx.kernel.status, K.PREPARING):
+        ctx.kernel.status = K.PREPARING
         ctx.kernel.updated_at = ctx.now
     if ctx.session.status == S.SCHEDULED:
         ctx.move(S.PREPARING, event.message or f"preparing on {event.node_id}")
@@ -307,7 +292,7 @@ def _on_preparing(ctx: _Ctx, event: KernelEvent) -> None:
 def _on_progress(ctx: _Ctx, event: KernelEvent) -> None:
     if ctx.session.status in (S.SCHEDULED, S.PREPARING) and event.message:
         ctx.session.status_reason = event.message
-        ctx.effects.live.append((ctx.session.id, {"type": "progress", "message": event.message}))
+        ctx.outbox.live.append((ctx.session.id, {"type": "progress", "message": event.message}))
 
 
 def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
@@ -323,7 +308,8 @@ def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
             for a in event.apps
         }
     if k.ended_at is None:
-        k.status = "running"
+        if can_move_kernel(k.status, K.RUNNING):  # a late "running" never undoes "stopping"
+            k.status = K.RUNNING
         k.ports = dict(event.ports)
         k.container_id = event.container_id
         k.started_at = k.started_at or ctx.now
@@ -334,13 +320,13 @@ def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
     if ctx.session.status == S.SCHEDULED:
         # its "preparing" is late (batches are handled concurrently): keep the history whole
         ctx.move(S.PREPARING, f"preparing on {event.node_id}")
-    if all(s.status == "running" for s in ctx.siblings):
+    if all(s.status == K.RUNNING for s in ctx.siblings):
         ctx.move(S.RUNNING, f"running on {event.node_id}")
 
 
 def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
     code = event.exit_code if event.exit_code is not None else -1
-    ctx.end_kernel("exited", code)
+    ctx.end_kernel(K.EXITED, code)
     if not ctx.all_ended:
         return
     codes = [k.exit_code for k in ctx.siblings if k.exit_code is not None]
@@ -359,12 +345,12 @@ def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
 
 
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx.end_kernel("failed")
+    ctx.end_kernel(K.FAILED)
     ctx.move(S.ERROR, event.message or "the node could not start it")
 
 
 def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx.end_kernel("cancelled")
+    ctx.end_kernel(K.CANCELLED)
     if not ctx.all_ended:
         return
     if ctx.session.status == S.PREPARING:
@@ -374,7 +360,7 @@ def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
 
 
 def _on_lost(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx.end_kernel("failed")
+    ctx.end_kernel(K.FAILED)
     ctx.move(S.ERROR, event.message or f"its container was lost on {event.node_id}")
 
 

@@ -15,7 +15,7 @@ Redis is transport; the database is the truth. So, every few seconds:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,34 +24,28 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import activity_key, route_key
-from contract.messages import StartKernel, StopKernel
-from contract.routes import RouteRecord, write_route
-from gateway import live
+from contract.routes import RouteRecord
 from gateway.apps import route_for
 from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.locks import lock_rows
 from gateway.db.models import Kernel, Node, Session
-from gateway.domain.status import TERMINAL, SessionStatus, can_transition, transition
-from gateway.queue import enqueue_start, enqueue_stop, request_schedule
-from gateway.scheduler.allocation import end_kernel, release
+from gateway.db.transitions import transition
+from gateway.domain.idle import idle_deadline, idle_timeout
+from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus, can_transition
+from gateway.lifecycle import begin_termination, end_kernel, release, stop_job, stop_kernels
+from gateway.outbox import Outbox
 from gateway.scheduler.applier import start_job
 from gateway.scheduler.snapshot import alive_nodes
-from gateway.services.sessions import begin_termination, stop_jobs
 
-__all__ = ["Reconciler"]
+__all__ = ["Activity", "Reconciler"]
 
 log = logging.getLogger(__name__)
 S = SessionStatus
-
-
-@dataclass
-class _Work:
-    starts: list[tuple[str, StartKernel]] = field(default_factory=list)
-    stops: list[tuple[str, StopKernel]] = field(default_factory=list)
-    changed: list[Session] = field(default_factory=list)
-    groups: set[str] = field(default_factory=set)
+K = KernelStatus
+#: when the app proxy last carried traffic for each of these sessions (None: never)
+Activity = Callable[[Sequence[str]], Awaitable[list[datetime | None]]]
 
 
 class Reconciler:
@@ -61,60 +55,64 @@ class Reconciler:
         self.settings = settings
 
     async def run(self) -> None:
-        """Each task in a short transaction of its own, locking rows in the one order
-        (sessions, kernels, nodes; by id), so the reconciler never deadlocks a pass."""
-        work = _Work()
+        """One tick: read liveness and activity from Redis, decide, then send."""
         async with self.db() as db:
             nodes = {n.id: n for n in (await db.execute(select(Node))).scalars()}
         alive = await alive_nodes(self.pool, list(nodes))
+        outbox = await self.reconcile(nodes, alive, self._activity)
+        async with self.db() as db:
+            outbox.routes += await self._routes(db, nodes)
+        await outbox.flush(self.pool)
+
+    async def reconcile(
+        self, nodes: dict[str, Node], alive: set[str], activity: Activity
+    ) -> Outbox:
+        """The database side of a tick. Each task in a short transaction of its own,
+        locking rows in the one order (sessions, kernels, nodes; by id), so the reconciler
+        never deadlocks a pass."""
+        outbox = Outbox()
         async with self.db() as db, db.begin():
             now = await db_now(db)
             await _touch(db, Node, sorted(alive), last_seen_at=now)
         async with self.db() as db, db.begin():
-            await self._requeue(db, nodes, alive, now, work)
+            await self._requeue(db, nodes, alive, now, outbox)
         async with self.db() as db, db.begin():
-            await self._lost_nodes(db, nodes, alive, now, work)
+            await self._lost_nodes(db, nodes, alive, now, outbox)
         async with self.db() as db, db.begin():
-            await self._idle(db, now, work)
-        async with self.db() as db:
-            routes = await self._routes(db, nodes)
-        for queue, start in work.starts:
-            await enqueue_start(self.pool, queue, start)
-        for queue, stop in work.stops:
-            await enqueue_stop(self.pool, queue, stop)
-        await live.publish_many(self.pool, [(s.id, live.status_event(s)) for s in work.changed])
-        for group in work.groups:
-            await request_schedule(self.pool, group)
-        for record in routes:
-            await write_route(self.pool, record)
+            await self._idle(db, now, activity, outbox)
+        return outbox
 
-    async def _idle(self, db: AsyncSession, now: datetime, work: _Work) -> None:
+    async def _activity(self, session_ids: Sequence[str]) -> list[datetime | None]:
+        """From the activity keys the app proxy writes."""
+        seen = await self.pool.mget([activity_key(sid) for sid in session_ids])
+        return [None if raw is None else datetime.fromtimestamp(float(raw), UTC) for raw in seen]
+
+    async def _idle(
+        self, db: AsyncSession, now: datetime, activity: Activity, outbox: Outbox
+    ) -> None:
         """Terminate interactive sessions that carried no traffic for their idle timeout."""
         rows = await lock_rows(
             db, Session, (Session.type == "interactive") & (Session.status == S.RUNNING)
         )
         default = self.settings.idle_timeout_s
-        watched = [s for s in rows if (s.idle_timeout_s or default)]
+        watched = [s for s in rows if idle_timeout(s.idle_timeout_s, default)]
         if not watched:
             return
-        seen = await self.pool.mget([activity_key(s.id) for s in watched])
-        for session, raw in zip(watched, seen, strict=True):
-            timeout = session.idle_timeout_s or default or 0
-            since = session.started_at or now
-            if raw is not None:
-                since = max(since, datetime.fromtimestamp(float(raw), UTC))
-            if (now - since).total_seconds() < timeout:
+        seen = await activity([s.id for s in watched])
+        for session, last in zip(watched, seen, strict=True):
+            timeout = idle_timeout(session.idle_timeout_s, default) or 0
+            deadline = idle_deadline(session.started_at or now, last, timeout)
+            if deadline is None or now < deadline:
                 continue
             reason = f"idle for {_minutes(timeout)} (no traffic through the app proxy)"
-            stops = await begin_termination(
+            await begin_termination(
                 db,
                 session,
+                outbox,
                 cancel_reason=reason,
                 stop_reason=reason,
                 grace=self.settings.stop_grace_s,
             )
-            work.stops.extend(stops)
-            work.changed.append(session)
 
     async def _routes(self, db: AsyncSession, nodes: dict[str, Node]) -> list[RouteRecord]:
         """Routes of running interactive sessions that Redis lost (write them again)."""
@@ -135,7 +133,12 @@ class Reconciler:
         ]
 
     async def _requeue(
-        self, db: AsyncSession, nodes: dict[str, Node], alive: set[str], now: datetime, work: _Work
+        self,
+        db: AsyncSession,
+        nodes: dict[str, Node],
+        alive: set[str],
+        now: datetime,
+        outbox: Outbox,
     ) -> None:
         cutoff = now - timedelta(seconds=self.settings.requeue_after_s)
         touched: list[str] = []
@@ -155,24 +158,19 @@ class Reconciler:
                 continue
             touched.append(kernel.id)
             if session.status == S.TERMINATING:
-                work.stops.append(
-                    (
-                        node.queue,
-                        StopKernel(
-                            kernel_id=kernel.id,
-                            session_id=session.id,
-                            node_id=node.id,
-                            reason="terminated on request",
-                            grace=0.0,
-                        ),
-                    )
-                )
-            elif kernel.status == "scheduled":
-                work.starts.append((node.queue, start_job(session, kernel)))
+                job = stop_job(kernel.id, session.id, node.id, "terminated on request")
+                outbox.stops.append((node.queue, job))
+            elif kernel.status == K.SCHEDULED:
+                outbox.restarts.append((node.queue, start_job(session, kernel)))
         await _touch(db, Kernel, sorted(touched), updated_at=now)
 
     async def _lost_nodes(
-        self, db: AsyncSession, nodes: dict[str, Node], alive: set[str], now: datetime, work: _Work
+        self,
+        db: AsyncSession,
+        nodes: dict[str, Node],
+        alive: set[str],
+        now: datetime,
+        outbox: Outbox,
     ) -> None:
         lost_ids = sorted(n.id for n in nodes.values() if n.id not in alive)
         if not lost_ids:
@@ -196,17 +194,17 @@ class Reconciler:
                 continue
             if session.status in TERMINAL:
                 continue
-            if kernel.status == "scheduled" and node.last_seen_at < requeue_cut:
-                await self._settle_unstarted(db, node, kernel, session, now, work)
+            if kernel.status == K.SCHEDULED and node.last_seen_at < requeue_cut:
+                await self._settle_unstarted(db, node, kernel, session, now, outbox)
             elif node.last_seen_at < error_cut:
-                end_kernel(node, kernel, "failed", now)
+                end_kernel(node, kernel, K.FAILED, now)
                 if can_transition(session.status, S.ERROR):
                     db.add(transition(session, S.ERROR, f"node {node.id} stopped responding", now))
-                    work.changed.append(session)
+                    outbox.status(session)
                     given_up.append(session.id)
-                work.groups.add(session.resource_group)
+                outbox.schedule.add(session.resource_group)
         if given_up:  # their kernels on other nodes: stopped, their nodes' events end them
-            work.stops += await stop_jobs(db, given_up, "another kernel of its session was lost")
+            await stop_kernels(db, given_up, "another kernel of its session was lost", outbox)
 
     async def _settle_unstarted(
         self,
@@ -215,15 +213,15 @@ class Reconciler:
         kernel: Kernel,
         session: Session,
         now: datetime,
-        work: _Work,
+        outbox: Outbox,
     ) -> None:
         """A kernel placed on a node that went silent before starting it: free its place,
         then cancel it if its session was asked to stop, else place it again."""
         release(node, kernel)
-        work.groups.add(session.resource_group)
+        outbox.schedule.add(session.resource_group)
         why = f"node {node.id} stopped responding before it started"
         if session.status == S.TERMINATING:
-            end_kernel(node, kernel, "cancelled", now)
+            end_kernel(node, kernel, K.CANCELLED, now)
             live_siblings = await db.scalar(
                 select(func.count())
                 .select_from(Kernel)
@@ -231,14 +229,14 @@ class Reconciler:
             )
             if not live_siblings:  # others end through their own nodes' events
                 db.add(transition(session, S.CANCELLED, f"{session.status_reason}; {why}", now))
-                work.changed.append(session)
+                outbox.status(session)
             return
-        kernel.status, kernel.node_id = "pending", None
+        kernel.status, kernel.node_id = K.PENDING, None
         kernel.slots, kernel.devices, kernel.cpuset = {}, {}, {}
         if session.status == S.SCHEDULED:
             db.add(transition(session, S.PENDING, why, now))
             session.pending_reason = "waiting for the scheduler"
-            work.changed.append(session)
+            outbox.status(session)
 
 
 def _minutes(seconds: int) -> str:

@@ -1,17 +1,18 @@
 """Request and response bodies (Create / Public variants), validated at the edge.
 
 Unknown fields are refused (``extra="forbid"``) so a typo such as ``comand`` is a 422
-naming the field, never a silently ignored option.
+naming the field, never a silently ignored option. The session request (``SessionCreate``,
+``MountSpec``) is the domain's own (``gateway.domain.requests``), re-exported here.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field
 
-from gateway.api.validation import ENV_NAME, parse_start, valid_image_reference
+from gateway.domain.requests import Input, MountSpec, SessionCreate
 
 __all__ = [
     "ApiKeyCreated",
@@ -27,94 +28,6 @@ __all__ = [
     "UserCreate",
     "UserPublic",
 ]
-
-SessionType = Literal["batch", "interactive"]
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-
-
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MountSpec(_Input):
-    source: str = Field(description="absolute host path inside an operator-allowed root")
-    target: str = Field(description="absolute path in the session")
-    read_only: bool = False
-
-    @field_validator("source", "target")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or "\x00" in value or ".." in value.split("/"):
-            raise ValueError("must be an absolute path without '..'")
-        return value
-
-
-class SessionCreate(_Input):
-    """What a client asks for. Resources are per container (kernel)."""
-
-    type: SessionType = "batch"
-    name: str | None = Field(default=None, pattern=_NAME)
-    image: str | None = Field(
-        default=None, description="image reference; runtime default if absent"
-    )
-    command: list[str] = Field(default_factory=list, max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(default=None, max_length=1024)
-    resources: dict[str, str | int | float] = Field(
-        default_factory=dict, description='e.g. {"cpu": "2", "mem": "4g", "cuda.shares": "0.5"}'
-    )
-    mounts: list[MountSpec] = Field(default_factory=list, max_length=64)
-    resource_group: str = Field(default="default", pattern=_NAME)
-    project: str | None = Field(default=None, pattern=_NAME)
-    priority: int = Field(default=50, ge=0, le=100)
-    cluster_size: int = Field(default=1, ge=1, le=64)
-    constraints: dict[str, str] = Field(default_factory=dict, description="node labels to match")
-    depends_on: list[str] = Field(default_factory=list, max_length=256)
-    starts_at: datetime | timedelta | None = Field(
-        default=None, description="ISO 8601 time or a delay such as +10m (database clock)"
-    )
-    idle_timeout: int | None = Field(default=None, ge=60, description="seconds (interactive)")
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        if value is not None and not valid_image_reference(value):
-            raise ValueError(f"not an image reference: {value!r}")
-        return value
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: list[str]) -> list[str]:
-        if any("\x00" in arg for arg in value):
-            raise ValueError("arguments must not contain NUL bytes")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, item in value.items():
-            if not ENV_NAME.match(key):
-                raise ValueError(f"not an environment variable name: {key!r}")
-            if "\x00" in item:
-                raise ValueError(f"value of {key} contains a NUL byte")
-        return value
-
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or "\x00" in value):
-            raise ValueError("must be an absolute path")
-        return value
-
-    @field_validator("starts_at", mode="before")
-    @classmethod
-    def _starts_at(cls, value: object) -> object:
-        return parse_start(value) if isinstance(value, str) else value
-
-    @field_validator("depends_on")
-    @classmethod
-    def _deps(cls, value: list[str]) -> list[str]:
-        return list(dict.fromkeys(value))
 
 
 class HistoryItem(BaseModel):
@@ -209,7 +122,7 @@ class NodeList(BaseModel):
     items: list[NodePublic]
 
 
-class UserCreate(_Input):
+class UserCreate(Input):
     name: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
     role: Literal["admin", "user"] = "user"
 
@@ -221,7 +134,7 @@ class UserPublic(BaseModel):
     created_at: datetime
 
 
-class ApiKeyCreate(_Input):
+class ApiKeyCreate(Input):
     name: str = Field(default="", max_length=64)
 
 

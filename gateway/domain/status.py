@@ -1,6 +1,6 @@
-"""The session status vocabulary and its one transition table.
+"""The status vocabularies of sessions and kernels, and their transition tables.
 
-::
+Sessions::
 
     PENDING ──▶ SCHEDULED ──▶ PREPARING ──▶ RUNNING ──▶ SUCCEEDED | FAILED
        │            │             │            │
@@ -8,11 +8,19 @@
        └──▶ CANCELLED                                   (on request; CANCELLED if it never ran)
     any live status ──▶ ERROR (the platform could not run it; the reason says why)
 
+Kernels (a session's containers)::
+
+    pending ──▶ scheduled ──▶ preparing ──▶ running ──▶ stopping ──▶ exited | failed | cancelled
+       ▲            │   (any live status may end at once: exited | failed | cancelled)
+       └────────────┘ (the node was lost before it started: placed again)
+
 Worker events can arrive out of order (a batch with "exited" may be handled before the
 one with "running"), so a live status may jump forward to any later one, never back.
 The one way back is SCHEDULED → PENDING, when a node is lost before the session started.
-Every change goes through :func:`transition` (one session, returns its history row) or
-:func:`bulk_transition` (many sessions, one move, for executemany statements).
+
+This module is pure: it says which moves are allowed and what a move writes
+(:func:`moved_columns`, :func:`history_values`); ``gateway.db.transitions`` applies
+them to rows.
 """
 
 from __future__ import annotations
@@ -20,16 +28,20 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from gateway.db.models import Session, StatusHistory
-
 __all__ = [
     "ACTIVE",
+    "KERNEL_ENDED",
+    "KERNEL_LIVE",
+    "KERNEL_STARTED",
     "TERMINAL",
     "InvalidTransition",
+    "KernelStatus",
     "SessionStatus",
-    "bulk_transition",
+    "can_move_kernel",
     "can_transition",
-    "transition",
+    "check_transition",
+    "history_values",
+    "moved_columns",
 ]
 
 
@@ -63,6 +75,33 @@ _TABLE: dict[SessionStatus, frozenset[SessionStatus]] = {
 }
 
 
+class KernelStatus(StrEnum):
+    PENDING = "pending"  # waiting for a place
+    SCHEDULED = "scheduled"  # placed; its start job is on the node's queue
+    PREPARING = "preparing"  # the node pulls the image, reserves devices
+    RUNNING = "running"
+    STOPPING = "stopping"  # its session was asked to stop; the stop job is on its way
+    EXITED = "exited"  # the container exited (exit_code says how)
+    FAILED = "failed"  # it could not start, or it was lost with its node
+    CANCELLED = "cancelled"  # it ended before it ran
+
+
+K = KernelStatus
+#: kernels placed on a node and not ended: they hold their allocation
+KERNEL_LIVE = frozenset({K.SCHEDULED, K.PREPARING, K.RUNNING, K.STOPPING})
+#: kernels a node has started on (a worker that no longer lists one lost it)
+KERNEL_STARTED = frozenset({K.PREPARING, K.RUNNING, K.STOPPING})
+KERNEL_ENDED = frozenset({K.EXITED, K.FAILED, K.CANCELLED})
+
+_KERNEL_TABLE: dict[KernelStatus, frozenset[KernelStatus]] = {
+    K.PENDING: frozenset({K.SCHEDULED, K.CANCELLED}),
+    K.SCHEDULED: frozenset({K.PENDING, K.PREPARING, K.RUNNING, K.STOPPING} | KERNEL_ENDED),
+    K.PREPARING: frozenset({K.RUNNING, K.STOPPING} | KERNEL_ENDED),
+    K.RUNNING: frozenset({K.STOPPING} | KERNEL_ENDED),
+    K.STOPPING: KERNEL_ENDED,
+}
+
+
 class InvalidTransition(ValueError):
     def __init__(self, current: SessionStatus, new: SessionStatus) -> None:
         super().__init__(f"a session cannot go from {current} to {new}")
@@ -74,45 +113,39 @@ def can_transition(current: SessionStatus | str, new: SessionStatus | str) -> bo
     return SessionStatus(new) in _TABLE.get(SessionStatus(current), frozenset())
 
 
-def transition(session: Session, new: SessionStatus, reason: str, now: datetime) -> StatusHistory:
-    """Move *session* to *new* (raising InvalidTransition) and return its history row."""
-    current = SessionStatus(session.status)
-    if not can_transition(current, new):
-        raise InvalidTransition(current, new)
-    session.status = new
-    session.status_reason = reason
-    session.status_changed_at = now
-    if new == S.RUNNING and session.started_at is None:
-        session.started_at = now
-    if new in TERMINAL:
-        session.ended_at = now
-    return StatusHistory(
-        session_id=session.id, from_status=current, to_status=new, reason=reason, created_at=now
-    )
+def can_move_kernel(current: KernelStatus | str, new: KernelStatus | str) -> bool:
+    return KernelStatus(new) in _KERNEL_TABLE.get(KernelStatus(current), frozenset())
 
 
-def bulk_transition(
-    current: SessionStatus, new: SessionStatus, reasons: dict[str, str], now: datetime
-) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """The same move for many sessions known to be in *current* (row-locked by the caller).
+def check_transition(current: SessionStatus | str, new: SessionStatus) -> SessionStatus:
+    """*current* as a SessionStatus, or InvalidTransition when it cannot move to *new*."""
+    status = SessionStatus(current)
+    if not can_transition(status, new):
+        raise InvalidTransition(status, new)
+    return status
 
-    Returns the session column updates (with ``b_id``) and the history rows, for
-    executemany statements: a scheduling pass moves thousands of sessions at once.
-    """
-    if not can_transition(current, new):
-        raise InvalidTransition(current, new)
-    columns: dict[str, object] = {"status": str(new), "status_changed_at": now}
+
+def moved_columns(new: SessionStatus, reason: str, now: datetime) -> dict[str, object]:
+    """The session columns a move to *new* sets (``started_at`` is the caller's: only
+    the first RUNNING sets it)."""
+    columns: dict[str, object] = {
+        "status": str(new),
+        "status_reason": reason,
+        "status_changed_at": now,
+    }
     if new in TERMINAL:
         columns["ended_at"] = now
-    updates = [{"b_id": sid, "status_reason": why, **columns} for sid, why in reasons.items()]
-    history = [
-        {
-            "session_id": sid,
-            "from_status": str(current),
-            "to_status": str(new),
-            "reason": why,
-            "created_at": now,
-        }
-        for sid, why in reasons.items()
-    ]
-    return updates, history
+    return columns
+
+
+def history_values(
+    session_id: str, current: SessionStatus, new: SessionStatus, reason: str, now: datetime
+) -> dict[str, object]:
+    """The status-history row of one move."""
+    return {
+        "session_id": session_id,
+        "from_status": str(current),
+        "to_status": str(new),
+        "reason": reason,
+        "created_at": now,
+    }

@@ -1,4 +1,4 @@
-"""Allocation arithmetic for node rows: what the applier takes and the event consumer frees.
+"""Allocation arithmetic for node rows: what the applier takes and lifecycle.release frees.
 
 A node row carries the sums of its live allocations: ``occupied`` (slot -> amount),
 ``device_used`` (device id -> amount of that device's slot) and ``used_cpus`` (pinned
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from gateway.db.models import Kernel, Node
 from plugins.resources import ResourceSlots
 
-__all__ = ["NodeLedger", "end_kernel", "release"]
+__all__ = ["NodeLedger", "kernel_devices"]
 
 _ZERO = Decimal(0)
 DeviceAmounts = Mapping[str, Mapping[str, Decimal]]  # slot -> device id -> amount
@@ -118,29 +117,3 @@ class NodeLedger:
 
 def kernel_devices(kernel: Kernel) -> dict[str, dict[str, Decimal]]:
     return {s: {d: Decimal(a) for d, a in per.items()} for s, per in kernel.devices.items()}
-
-
-def end_kernel(
-    node: Node | None, kernel: Kernel, status: str, now: datetime, exit_code: int | None = None
-) -> None:
-    """A kernel is over: its final status, when (the first end wins), its node's share back."""
-    kernel.status = status
-    kernel.exit_code = exit_code
-    kernel.ended_at = kernel.ended_at or now
-    kernel.updated_at = now
-    release(node, kernel)
-
-
-def release(node: Node | None, kernel: Kernel) -> None:
-    """Give the kernel's allocation back to its node (once; repeated calls do nothing)."""
-    if kernel.released:
-        return
-    kernel.released = True
-    if node is None:
-        return
-    ledger = NodeLedger.of(node)
-    ledger.give_back(
-        ResourceSlots.from_json(kernel.slots), kernel_devices(kernel), kernel.cpuset.get("cpus")
-    )
-    for column, value in ledger.columns().items():
-        setattr(node, column, value)

@@ -25,7 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contract.messages import StartKernel, WireApp, WireMount
 from gateway.db.clock import db_now
 from gateway.db.models import Kernel, Node, Session, StatusHistory
-from gateway.domain.status import SessionStatus, bulk_transition
+from gateway.db.transitions import bulk_transition
+from gateway.domain.status import KernelStatus, SessionStatus
+from gateway.outbox import Outbox
 from gateway.scheduler.allocation import NodeLedger
 from plugins.scheduling.reasons import DID_NOT_FIT
 from plugins.scheduling.types import KernelPlacement, Placement, Plan
@@ -41,16 +43,20 @@ HISTORY = cast(Table, StatusHistory.__table__)
 
 @dataclass
 class Applied:
-    starts: list[tuple[str, StartKernel]] = field(default_factory=list)  # (queue, job)
-    #: session id -> its new status and reason (for live events)
+    """What a plan came to (its start jobs and live events went into the outbox)."""
+
+    #: session id -> its new status and reason
     placed: dict[str, str] = field(default_factory=dict)
     cancelled: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # session id -> why
     reasons: dict[str, str] = field(default_factory=dict)  # changed pending reasons
 
 
-async def apply_plan(db: AsyncSession, plan: Plan, known_reasons: dict[str, Any]) -> Applied:
-    """Apply *plan* inside the caller's transaction."""
+async def apply_plan(
+    db: AsyncSession, plan: Plan, known_reasons: dict[str, Any], outbox: Outbox
+) -> Applied:
+    """Apply *plan* inside the caller's transaction; its start jobs and live events go
+    into *outbox*, to send after the commit."""
     out = Applied()
     now = await db_now(db)
     # lock order, everywhere: sessions, then kernels, then nodes, each in id order
@@ -71,7 +77,7 @@ async def apply_plan(db: AsyncSession, plan: Plan, known_reasons: dict[str, Any]
         for kernel_id, kp in zip(kernels.get(session.id, []), placement.kernels, strict=True):
             update_row = _kernel_columns(kernel_id, kp, now)
             kernel_updates.append(update_row)
-            out.starts.append(
+            outbox.starts.append(
                 (queues[kp.node_id], _job(session, kernel_id, kp.node_id, update_row))
             )
         where = ", ".join(sorted({kp.node_id for kp in placement.kernels}))
@@ -79,7 +85,20 @@ async def apply_plan(db: AsyncSession, plan: Plan, known_reasons: dict[str, Any]
     out.cancelled = {sid: why for sid, why in plan.cancelled.items() if sid in sessions}
     await _write(db, out, ledgers, kernel_updates, now)
     await _record_reasons(db, plan, out, known_reasons)
+    _live_events(out, outbox)
     return out
+
+
+def _live_events(out: Applied, outbox: Outbox) -> None:
+    for status, moved in ((S.SCHEDULED, out.placed), (S.CANCELLED, out.cancelled)):
+        outbox.live += [
+            (sid, {"type": "status", "status": status, "reason": why, "exit_code": None})
+            for sid, why in moved.items()
+        ]
+    outbox.live += [
+        (sid, {"type": "progress", "message": f"pending: {why}"})
+        for sid, why in out.reasons.items()
+    ]
 
 
 async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
@@ -158,7 +177,7 @@ def _kernel_columns(kernel_id: str, kp: KernelPlacement, now: datetime) -> dict[
         "slots": kp.slots.to_json(),
         "devices": {s: {d: str(a) for d, a in per.items()} for s, per in kp.devices.items()},
         "cpuset": {"cpus": list(kp.cpuset)} if kp.cpuset else {},
-        "status": "scheduled",
+        "status": KernelStatus.SCHEDULED,
         "released": False,
         "updated_at": now,
     }
@@ -190,7 +209,7 @@ async def _write(
         await db.execute(
             update(KERNELS)
             .where(KERNELS.c.session_id.in_(list(out.cancelled)))
-            .values(status="cancelled", ended_at=now, updated_at=now)
+            .values(status=KernelStatus.CANCELLED, ended_at=now, updated_at=now)
         )
 
 

@@ -16,12 +16,11 @@ from arq.connections import ArqRedis
 from sqlalchemy import select
 
 from contract.keys import dirty_key
-from gateway import live
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Session
 from gateway.domain.status import SessionStatus
-from gateway.queue import enqueue_starts
+from gateway.outbox import Outbox
 from gateway.scheduler.applier import apply_plan
 from gateway.scheduler.snapshot import build_snapshot
 from plugins.scheduling.planner import plan
@@ -90,23 +89,11 @@ class Scheduler:
             decided = plan(snapshot)
             plan_s = time.perf_counter() - t0
             t0 = time.perf_counter()
+            outbox = Outbox()
             async with self.db() as db, db.begin():
-                applied = await apply_plan(db, decided, reasons)
+                applied = await apply_plan(db, decided, reasons, outbox)
             apply_s = time.perf_counter() - t0
-        await enqueue_starts(self.pool, applied.starts)
-        events = [
-            (sid, {"type": "status", "status": S.SCHEDULED, "reason": why, "exit_code": None})
-            for sid, why in applied.placed.items()
-        ]
-        events += [
-            (sid, {"type": "status", "status": S.CANCELLED, "reason": why, "exit_code": None})
-            for sid, why in applied.cancelled.items()
-        ]
-        events += [
-            (sid, {"type": "progress", "message": f"pending: {why}"})
-            for sid, why in applied.reasons.items()
-        ]
-        await live.publish_many(self.pool, events)
+        await outbox.flush(self.pool)
         return PassResult(
             resource_group,
             pending=len(snapshot.pending),

@@ -19,10 +19,6 @@ from sqlalchemy import Table, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.messages import StopKernel
-from gateway import live
-from gateway.api.schemas import SessionCreate, SessionPublic
-from gateway.api.validation import within_roots
 from gateway.auth import Principal
 from gateway.config import GatewaySettings
 from gateway.db.clock import clock, db_now
@@ -41,11 +37,14 @@ from gateway.db.models import (
     new_id,
 )
 from gateway.domain.errors import Forbidden, Invalid, QuotaExceeded
-from gateway.domain.status import ACTIVE, SessionStatus, transition
-from gateway.queue import enqueue_stop, request_schedule
-from gateway.scheduler.allocation import end_kernel
+from gateway.domain.requests import SessionCreate
+from gateway.domain.status import KernelStatus, SessionStatus
+from gateway.domain.validation import within_roots
+from gateway.lifecycle import begin_termination
+from gateway.outbox import Outbox
+from gateway.queue import request_schedule
 from gateway.scheduler.policy import DEFAULT_SUBJECT
-from gateway.services.views import get_owned, view
+from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
 __all__ = ["SessionService"]
@@ -63,7 +62,7 @@ S = SessionStatus
 class Created:
     session: Session
     created: bool  # False: an Idempotency-Key replay
-    view: SessionPublic | None = None  # the new session's public view (no re-read)
+    details: SessionDetails | None = None  # the new session's details (no re-read)
 
 
 def request_hash(body: SessionCreate) -> str:
@@ -95,7 +94,9 @@ class SessionService:
                 session, kernels, project = await self._insert(
                     db, principal, body, idempotency_key, digest
                 )
-                public = view(session, kernels, list(body.depends_on), principal.name, project)
+                details = SessionDetails(
+                    session, kernels, list(body.depends_on), principal.name, project
+                )
         except IntegrityError:
             if not idempotency_key:
                 raise
@@ -106,7 +107,7 @@ class SessionService:
                 raise
             return Created(replay, created=False)
         await request_schedule(self.pool, session.resource_group)
-        return Created(session, created=True, view=public)
+        return Created(session, created=True, details=details)
 
     def _check_sizes(self, body: SessionCreate) -> None:
         env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
@@ -238,7 +239,7 @@ class SessionService:
         await self._dependencies(db, principal, values["id"], body)
         session = Session(**values)  # a transient copy of the row, for the response
         kernels = [
-            Kernel(**row, status="pending", slots={}, devices={}, cpuset={}, ports={})
+            Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
             for row in kernel_rows
         ]
         return session, kernels, body.project if project_id else None
@@ -340,45 +341,20 @@ class SessionService:
     async def terminate(
         self, principal: Principal, session_id: str, *, force: bool = False
     ) -> Session:
-        stops: list[tuple[str, StopKernel]] = []
+        outbox = Outbox()
         async with self.db() as db, db.begin():
             session = await get_owned(db, principal, session_id)
             await db.refresh(session, with_for_update={"key_share": True})
-            status = SessionStatus(session.status)
-            grace = 0.0 if force else self.settings.stop_grace_s
-            stops = await begin_termination(
+            await begin_termination(
                 db,
                 session,
+                outbox,
                 cancel_reason=f"cancelled by {principal.name}",
                 stop_reason=f"termination requested by {principal.name}",
-                grace=grace,
+                grace=0.0 if force else self.settings.stop_grace_s,
             )
-        for queue, job in stops:
-            await enqueue_stop(self.pool, queue, job)
-        if session.status != status:
-            await live.publish(self.pool, session.id, live.status_event(session))
+        await outbox.flush(self.pool)
         return session
-
-
-async def begin_termination(
-    db: AsyncSession, session: Session, *, cancel_reason: str, stop_reason: str, grace: float
-) -> list[tuple[str, StopKernel]]:
-    """Cancel a pending session, or move a live one to TERMINATING; the stop jobs to send.
-
-    The caller holds the session's row lock and sends the jobs after its commit.
-    """
-    now = await db_now(db)
-    status = SessionStatus(session.status)
-    if status == S.PENDING:
-        db.add(transition(session, S.CANCELLED, cancel_reason, now))
-        await _end_kernels(db, session.id, "cancelled", now)
-        return []
-    if status not in ACTIVE:
-        return []
-    if status != S.TERMINATING:
-        db.add(transition(session, S.TERMINATING, stop_reason, now))
-        session.terminate_requested_at = now
-    return await stop_jobs(db, [session.id], stop_reason, grace)
 
 
 def _history_created(session_id: str, principal: Principal, now: datetime) -> dict[str, Any]:
@@ -389,29 +365,3 @@ def _history_created(session_id: str, principal: Principal, now: datetime) -> di
         "reason": f"submitted by {principal.name}",
         "created_at": now,
     }
-
-
-async def _end_kernels(db: AsyncSession, session_id: str, status: str, now: datetime) -> None:
-    for kernel in (
-        await db.execute(select(Kernel).where(Kernel.session_id == session_id))
-    ).scalars():
-        end_kernel(None, kernel, status, now)  # never placed: no node share to give back
-
-
-async def stop_jobs(
-    db: AsyncSession, session_ids: list[str], reason: str, grace: float = 10.0
-) -> list[tuple[str, StopKernel]]:
-    """A stop job, with its node's queue, for every kernel of these sessions not yet ended."""
-    rows = await db.execute(
-        select(Kernel.id, Kernel.session_id, Node.id, Node.queue)
-        .join(Node, Node.id == Kernel.node_id)
-        .where(Kernel.session_id.in_(session_ids), Kernel.ended_at.is_(None))
-        .order_by(Kernel.id)
-    )
-    return [
-        (
-            queue,
-            StopKernel(kernel_id=kid, session_id=sid, node_id=nid, reason=reason, grace=grace),
-        )
-        for kid, sid, nid, queue in rows
-    ]

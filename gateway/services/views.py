@@ -1,22 +1,38 @@
-"""Read side of sessions: find one (ownership rules), list with keyset pages, render."""
+"""Read side of sessions: find one (ownership rules), list with keyset pages, load details.
+
+What it returns are rows and plain dataclasses; ``gateway.api.render`` maps them to the
+response schemas.
+"""
 
 from __future__ import annotations
 
 import base64
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.api.schemas import HistoryItem, KernelPublic, SessionPublic
 from gateway.auth import Principal
 from gateway.db.models import Kernel, Project, Session, SessionDependency, StatusHistory, User
 from gateway.domain.errors import Invalid, NotFound
 from gateway.domain.status import SessionStatus
 
-__all__ = ["get_owned", "list_page", "render", "render_many", "view"]
+__all__ = ["SessionDetails", "details", "details_many", "get_owned", "list_page"]
+
+
+@dataclass
+class SessionDetails:
+    """A session with what its public view shows besides its own row."""
+
+    session: Session
+    kernels: list[Kernel]
+    depends_on: list[str]
+    owner: str  # the owner's name
+    project: str | None  # the project's name
+    history: list[StatusHistory] | None = None
 
 
 async def get_owned(db: AsyncSession, principal: Principal, session_id: str) -> Session:
@@ -84,23 +100,8 @@ async def list_page(
     return rows, next_cursor
 
 
-def _kernel(k: Kernel) -> KernelPublic:
-    cpus = k.cpuset.get("cpus") if k.cpuset else None
-    return KernelPublic(
-        id=k.id,
-        index=k.cluster_idx,
-        status=k.status,
-        node=k.node_id,
-        slots=dict(k.slots),
-        devices={slot: dict(devs) for slot, devs in k.devices.items()},
-        cpuset=list(cpus) if cpus is not None else None,
-        ports={name: int(port) for name, port in k.ports.items()},
-        exit_code=k.exit_code,
-    )
-
-
-async def render_many(db: AsyncSession, sessions: Sequence[Session]) -> list[SessionPublic]:
-    """Public views of several sessions with three queries, whatever their number."""
+async def details_many(db: AsyncSession, sessions: Sequence[Session]) -> list[SessionDetails]:
+    """Details of several sessions with three queries, whatever their number."""
     if not sessions:
         return []
     ids = [s.id for s in sessions]
@@ -127,7 +128,7 @@ async def render_many(db: AsyncSession, sessions: Sequence[Session]) -> list[Ses
         query = select(Project.id, Project.name).where(Project.id.in_(project_ids))
         projects = {pid: name for pid, name in await db.execute(query)}
     return [
-        view(
+        SessionDetails(
             s,
             kernels.get(s.id, []),
             deps.get(s.id, []),
@@ -138,57 +139,16 @@ async def render_many(db: AsyncSession, sessions: Sequence[Session]) -> list[Ses
     ]
 
 
-def view(
-    s: Session, ks: list[Kernel], deps: list[str], owner: str, project: str | None
-) -> SessionPublic:
-    """The public view of one session from rows already in hand (no queries)."""
-    return SessionPublic(
-        id=s.id,
-        name=s.name,
-        type=s.type,
-        owner=owner,
-        project=project,
-        status=s.status,
-        status_reason=s.status_reason,
-        pending_reason=s.pending_reason or None if s.status == "PENDING" else None,
-        exit_code=s.exit_code,
-        image=s.image,
-        command=list(s.command.get("argv", [])),
-        env=dict(s.env),
-        workdir=s.workdir,
-        resources=dict(s.resources),
-        resource_group=s.resource_group,
-        priority=s.priority,
-        cluster_size=s.cluster_size,
-        constraints=dict(s.constraints),
-        depends_on=deps,
-        starts_at=s.starts_at,
-        node=next((k.node_id for k in ks if k.node_id), None),
-        kernels=[_kernel(k) for k in ks],
-        created_at=s.created_at,
-        scheduled_at=s.scheduled_at,
-        started_at=s.started_at,
-        ended_at=s.ended_at,
-        status_changed_at=s.status_changed_at,
-        idle_timeout=s.idle_timeout_s,
-        apps=sorted(s.apps),
-    )
-
-
-async def render(db: AsyncSession, session: Session, *, history: bool = False) -> SessionPublic:
-    (view,) = await render_many(db, [session])
+async def details(db: AsyncSession, session: Session, *, history: bool = False) -> SessionDetails:
+    (found,) = await details_many(db, [session])
     if history:
-        rows = (
-            await db.execute(
-                select(StatusHistory)
-                .where(StatusHistory.session_id == session.id)
-                .order_by(StatusHistory.id)
-            )
-        ).scalars()
-        view.history = [
-            HistoryItem(
-                from_status=h.from_status, to_status=h.to_status, reason=h.reason, at=h.created_at
-            )
-            for h in rows
-        ]
-    return view
+        found.history = list(
+            (
+                await db.execute(
+                    select(StatusHistory)
+                    .where(StatusHistory.session_id == session.id)
+                    .order_by(StatusHistory.id)
+                )
+            ).scalars()
+        )
+    return found

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 
 from gateway.api.deps import CurrentUser, DbSession, State
+from gateway.api.render import public, render, render_many
 from gateway.api.schemas import SessionCreate, SessionList, SessionPublic
 from gateway.apps import last_activity
+from gateway.domain.idle import idle_deadline, idle_timeout
 from gateway.domain.status import SessionStatus
-from gateway.services.views import get_owned, list_page, render, render_many
+from gateway.services.views import get_owned, list_page
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -36,8 +37,8 @@ async def create_session(
         response.status_code = status.HTTP_200_OK
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/sessions/{result.session.id}"
-    if result.view is not None:
-        return result.view
+    if result.details is not None:
+        return public(result.details)
     async with state.db() as db:
         return await render(db, result.session)
 
@@ -77,12 +78,10 @@ async def get_session(
     """One session with its kernels, status history and (interactive) idle deadline."""
     session = await get_owned(db, principal, session_id)
     view = await render(db, session, history=True)
-    timeout = session.idle_timeout_s or state.settings.idle_timeout_s
-    if session.type == "interactive" and session.status == "RUNNING":
+    if session.type == "interactive" and session.status == SessionStatus.RUNNING:
         view.last_activity_at = await last_activity(state.pool, session.id)
-        since = view.last_activity_at or session.started_at
-        if timeout and since:
-            view.idle_deadline = since + timedelta(seconds=timeout)
+        timeout = idle_timeout(session.idle_timeout_s, state.settings.idle_timeout_s)
+        view.idle_deadline = idle_deadline(session.started_at, view.last_activity_at, timeout)
     return view
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.api.validation import parse_delay, parse_start, valid_image_reference, within_roots
+from gateway.domain.validation import parse_delay, parse_start, valid_image_reference, within_roots
 
 
 @pytest.mark.parametrize(

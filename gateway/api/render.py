@@ -1,0 +1,81 @@
+"""Sessions as the API shows them: service results mapped to the response schemas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.api.schemas import HistoryItem, KernelPublic, SessionPublic
+from gateway.db.models import Kernel, Session
+from gateway.services.views import SessionDetails, details, details_many
+
+__all__ = ["public", "render", "render_many"]
+
+
+def _kernel(k: Kernel) -> KernelPublic:
+    cpus = k.cpuset.get("cpus") if k.cpuset else None
+    return KernelPublic(
+        id=k.id,
+        index=k.cluster_idx,
+        status=k.status,
+        node=k.node_id,
+        slots=dict(k.slots),
+        devices={slot: dict(devs) for slot, devs in k.devices.items()},
+        cpuset=list(cpus) if cpus is not None else None,
+        ports={name: int(port) for name, port in k.ports.items()},
+        exit_code=k.exit_code,
+    )
+
+
+def public(d: SessionDetails) -> SessionPublic:
+    """The public view of one session from its details (no queries)."""
+    s, ks = d.session, d.kernels
+    view = SessionPublic(
+        id=s.id,
+        name=s.name,
+        type=s.type,
+        owner=d.owner,
+        project=d.project,
+        status=s.status,
+        status_reason=s.status_reason,
+        pending_reason=s.pending_reason or None if s.status == "PENDING" else None,
+        exit_code=s.exit_code,
+        image=s.image,
+        command=list(s.command.get("argv", [])),
+        env=dict(s.env),
+        workdir=s.workdir,
+        resources=dict(s.resources),
+        resource_group=s.resource_group,
+        priority=s.priority,
+        cluster_size=s.cluster_size,
+        constraints=dict(s.constraints),
+        depends_on=d.depends_on,
+        starts_at=s.starts_at,
+        node=next((k.node_id for k in ks if k.node_id), None),
+        kernels=[_kernel(k) for k in ks],
+        created_at=s.created_at,
+        scheduled_at=s.scheduled_at,
+        started_at=s.started_at,
+        ended_at=s.ended_at,
+        status_changed_at=s.status_changed_at,
+        idle_timeout=s.idle_timeout_s,
+        apps=sorted(s.apps),
+    )
+    if d.history is not None:
+        view.history = [
+            HistoryItem(
+                from_status=h.from_status, to_status=h.to_status, reason=h.reason, at=h.created_at
+            )
+            for h in d.history
+        ]
+    return view
+
+
+async def render_many(db: AsyncSession, sessions: Sequence[Session]) -> list[SessionPublic]:
+    """Public views of several sessions with three queries, whatever their number."""
+    return [public(d) for d in await details_many(db, sessions)]
+
+
+async def render(db: AsyncSession, session: Session, *, history: bool = False) -> SessionPublic:
+    return public(await details(db, session, history=history))

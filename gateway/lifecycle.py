@@ -1,0 +1,133 @@
+"""How sessions and kernels end: the one module routes, events and the reconciler share.
+
+::
+
+    begin_termination ─▶ PENDING: CANCELLED, its kernels end (never placed)
+                      └▶ live: TERMINATING, stop_kernels ─▶ a stop job per placed kernel
+    stop_kernels      ─▶ started kernels become "stopping"; stop_job() for each (outbox)
+    end_kernel        ─▶ final kernel status, ended_at (first end wins), release()
+    release           ─▶ the kernel's allocation back to its node's sums (once)
+
+Everything here runs inside the caller's transaction, with the rows locked in the one
+order (sessions, kernels, nodes); the jobs and live events go into the caller's
+:class:`~gateway.outbox.Outbox`, sent after the commit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from contract.messages import StopKernel
+from gateway.db.clock import db_now
+from gateway.db.models import Kernel, Node, Session
+from gateway.db.transitions import transition
+from gateway.domain.status import ACTIVE, KernelStatus, SessionStatus
+from gateway.outbox import Outbox
+from gateway.scheduler.allocation import NodeLedger, kernel_devices
+from plugins.resources import ResourceSlots
+
+__all__ = ["begin_termination", "end_kernel", "release", "stop_job", "stop_kernels"]
+
+S = SessionStatus
+K = KernelStatus
+
+
+def stop_job(
+    kernel_id: str, session_id: str, node_id: str, reason: str, grace: float = 0.0
+) -> StopKernel:
+    """The one way a stop job is made (SIGTERM, *grace* seconds, then SIGKILL)."""
+    return StopKernel(
+        kernel_id=kernel_id, session_id=session_id, node_id=node_id, reason=reason, grace=grace
+    )
+
+
+async def begin_termination(
+    db: AsyncSession,
+    session: Session,
+    outbox: Outbox,
+    *,
+    cancel_reason: str,
+    stop_reason: str,
+    grace: float,
+) -> None:
+    """Cancel a pending session, or move a live one to TERMINATING and stop its kernels.
+
+    The caller holds the session's row lock; the stop jobs and the live status event
+    (when the status changed) go into *outbox*.
+    """
+    now = await db_now(db)
+    status = SessionStatus(session.status)
+    if status == S.PENDING:
+        db.add(transition(session, S.CANCELLED, cancel_reason, now))
+        for kernel in (
+            await db.execute(select(Kernel).where(Kernel.session_id == session.id))
+        ).scalars():
+            end_kernel(None, kernel, K.CANCELLED, now)  # never placed: no share to give back
+    elif status in ACTIVE:
+        if status != S.TERMINATING:
+            db.add(transition(session, S.TERMINATING, stop_reason, now))
+            session.terminate_requested_at = now
+        await stop_kernels(db, [session.id], stop_reason, outbox, grace)
+    if session.status != status:
+        outbox.status(session)
+
+
+async def stop_kernels(
+    db: AsyncSession, session_ids: list[str], reason: str, outbox: Outbox, grace: float = 10.0
+) -> None:
+    """A stop job for every placed kernel of these sessions not yet ended; the kernels a
+    node started are "stopping" from now on (a worker that no longer lists one stopped it)."""
+    rows = (
+        await db.execute(
+            select(Kernel.id, Kernel.session_id, Node.id, Node.queue)
+            .join(Node, Node.id == Kernel.node_id)
+            .where(Kernel.session_id.in_(session_ids), Kernel.ended_at.is_(None))
+            .order_by(Kernel.id)
+        )
+    ).all()
+    if not rows:
+        return
+    await db.execute(
+        update(Kernel)
+        .where(
+            Kernel.id.in_([kernel_id for kernel_id, _, _, _ in rows]),
+            Kernel.status.in_([K.PREPARING, K.RUNNING]),
+        )
+        .values(status=K.STOPPING)
+    )
+    outbox.stops += [
+        (queue, stop_job(kid, sid, nid, reason, grace)) for kid, sid, nid, queue in rows
+    ]
+
+
+def end_kernel(
+    node: Node | None,
+    kernel: Kernel,
+    status: KernelStatus,
+    now: datetime,
+    exit_code: int | None = None,
+) -> None:
+    """A kernel is over: its final status, when (the first end wins), its node's share back."""
+    kernel.status = status
+    kernel.exit_code = exit_code
+    kernel.ended_at = kernel.ended_at or now
+    kernel.updated_at = now
+    release(node, kernel)
+
+
+def release(node: Node | None, kernel: Kernel) -> None:
+    """Give the kernel's allocation back to its node (once; repeated calls do nothing)."""
+    if kernel.released:
+        return
+    kernel.released = True
+    if node is None:
+        return
+    ledger = NodeLedger.of(node)
+    ledger.give_back(
+        ResourceSlots.from_json(kernel.slots), kernel_devices(kernel), kernel.cpuset.get("cpus")
+    )
+    for column, value in ledger.columns().items():
+        setattr(node, column, value)
