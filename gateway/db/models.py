@@ -269,7 +269,7 @@ class Kernel(Base):
         ForeignKey("sessions.id", ondelete="CASCADE"), index=True
     )
     cluster_idx: Mapped[int] = mapped_column(Integer, default=0)
-    #: pending | scheduled | preparing | running | stopping | exited | failed | cancelled
+    #: a KernelStatus (gateway.domain.status): pending, scheduled, ... stopping, exited ...
     status: Mapped[str] = mapped_column(String(16), default="pending")
     node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id"), default=None)
     slots: Mapped[dict[str, Any]] = mapped_column(default=dict)  # allocated slots

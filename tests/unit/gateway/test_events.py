@@ -1,0 +1,346 @@
+"""EventHandler: worker events become statuses, freed allocations and after-commit effects.
+
+Each case starts from rows in a real (SQLite) database, hands the handler batches of
+events one transaction at a time, and checks the rows and the outbox: what Redis would
+get. Events arrive late, twice and out of order; the handler must keep statuses moving
+forward, free an allocation once, and stop containers of sessions that are over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from gateway_rows import NO_REDIS, Rows
+
+from contract.messages import EventBatch, KernelEvent, KernelReport, NodeInfo, WireApp
+from gateway.db.engine import SessionFactory
+from gateway.db.models import Kernel, Node, Session
+from gateway.domain.status import KernelStatus, SessionStatus
+from gateway.events import EventHandler
+from plugins.resources import ResourceSlots
+
+S = SessionStatus
+K = KernelStatus
+
+
+def ev(kind: str, ts: float, kernel: str = "s1-k0", **more: Any) -> KernelEvent:
+    return KernelEvent.model_validate(
+        {"kind": kind, "kernel_id": kernel, "session_id": "s1", "node_id": "n1", "ts": ts, **more}
+    )
+
+
+@dataclass
+class Case:
+    session: S
+    kernels: list[K]
+    batches: list[list[KernelEvent]]
+    status: S  # the session's status afterwards
+    kernel_status: list[K]
+    history: list[str]  # statuses written to its history, in order
+    cpus_taken: str = "0"  # on n1 afterwards
+    stops: list[str] = field(default_factory=list)  # kernels that get a stop job
+    exit_code: int | None = None
+
+
+CASES = [
+    pytest.param(
+        Case(
+            S.SCHEDULED,
+            [K.SCHEDULED],
+            [[ev("preparing", 1)], [ev("running", 2)], [ev("exited", 3, exit_code=0)]],
+            S.SUCCEEDED,
+            [K.EXITED],
+            ["PREPARING", "RUNNING", "SUCCEEDED"],
+            exit_code=0,
+        ),
+        id="in-order-batch-succeeds",
+    ),
+    pytest.param(
+        Case(
+            S.SCHEDULED,
+            [K.SCHEDULED],
+            [[ev("running", 2), ev("preparing", 1)]],
+            S.RUNNING,
+            [K.RUNNING],
+            ["PREPARING", "RUNNING"],
+            cpus_taken="1",
+        ),
+        id="one-batch-out-of-order-is-sorted-by-worker-time",
+    ),
+    pytest.param(
+        Case(
+            S.SCHEDULED,
+            [K.SCHEDULED],
+            [[ev("running", 2)], [ev("preparing", 1)]],
+            S.RUNNING,
+            [K.RUNNING],
+            ["PREPARING", "RUNNING"],
+            cpus_taken="1",
+        ),
+        id="late-preparing-changes-nothing",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING],
+            [[ev("exited", 3, exit_code=2)], [ev("running", 2)]],
+            S.FAILED,
+            [K.EXITED],
+            ["FAILED"],
+            stops=["s1-k0"],
+            exit_code=2,
+        ),
+        id="late-running-after-exit-stops-the-container",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING],
+            [[ev("exited", 3, exit_code=0)], [ev("exited", 3, exit_code=0)]],
+            S.SUCCEEDED,
+            [K.EXITED],
+            ["SUCCEEDED"],
+            exit_code=0,
+        ),
+        id="duplicate-exit-frees-once",
+    ),
+    pytest.param(
+        Case(
+            S.SCHEDULED,
+            [K.SCHEDULED],
+            [[ev("start_failed", 1, message="no such image")]],
+            S.ERROR,
+            [K.FAILED],
+            ["ERROR"],
+        ),
+        id="start-failed-is-error",
+    ),
+    pytest.param(
+        Case(S.RUNNING, [K.RUNNING], [[ev("lost", 5)]], S.ERROR, [K.FAILED], ["ERROR"]),
+        id="lost-is-error",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING],
+            [[ev("exited", 4, exit_code=143, requested_stop=True, message="n1 shut down")]],
+            S.TERMINATED,
+            [K.EXITED],
+            ["TERMINATING", "TERMINATED"],
+            exit_code=143,
+        ),
+        id="node-stopped-it-on-its-own",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [K.STOPPING],
+            [[ev("exited", 4, exit_code=143, requested_stop=True)], [ev("running", 2)]],
+            S.TERMINATED,
+            [K.EXITED],
+            ["TERMINATED"],
+            stops=["s1-k0"],
+            exit_code=143,
+        ),
+        id="stopped-on-request-then-a-late-running",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [K.STOPPING],
+            [[ev("running", 2)]],
+            S.TERMINATING,
+            [K.STOPPING],
+            [],
+            cpus_taken="1",
+            stops=["s1-k0"],
+        ),
+        id="running-never-undoes-stopping",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [K.SCHEDULED],
+            [[ev("not_started", 2)], [ev("not_started", 3)]],
+            S.CANCELLED,
+            [K.CANCELLED],
+            ["CANCELLED"],
+        ),
+        id="stopped-before-it-started-twice",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING, K.RUNNING],
+            [[ev("lost", 3, kernel="s1-k1")]],
+            S.ERROR,
+            [K.STOPPING, K.FAILED],
+            ["ERROR"],
+            cpus_taken="1",
+            stops=["s1-k0"],
+        ),
+        id="cluster-kernel-lost-the-other-is-stopped",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING, K.RUNNING],
+            [[ev("exited", 3, exit_code=1, kernel="s1-k1")], [ev("exited", 4, exit_code=0)]],
+            S.FAILED,
+            [K.EXITED, K.EXITED],
+            ["FAILED"],
+            exit_code=1,
+        ),
+        id="cluster-ends-with-its-last-kernel-and-the-failing-code",
+    ),
+    pytest.param(
+        Case(
+            S.SCHEDULED,
+            [K.SCHEDULED, K.SCHEDULED],
+            [[ev("running", 2)], [ev("running", 3, kernel="s1-k1")]],
+            S.RUNNING,
+            [K.RUNNING, K.RUNNING],
+            ["PREPARING", "RUNNING"],
+            cpus_taken="2",
+        ),
+        id="cluster-runs-when-its-last-kernel-does",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING],
+            [[ev("exited", 3, kernel="nobody")]],
+            S.RUNNING,
+            [K.RUNNING],
+            [],
+            cpus_taken="1",
+        ),
+        id="unknown-kernel-is-ignored",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_kernel_events(db: SessionFactory, rows: Rows, case: Case) -> None:
+    placed = [k for k in case.kernels if k != K.PENDING]
+    await rows.node("n1", kernels=len(placed))
+    ids = await rows.session(case.session, [(k, "n1") for k in case.kernels])
+    handler = EventHandler(db, NO_REDIS)
+    stops: list[str] = []
+    for batch in case.batches:
+        outbox = await handler.commit(EventBatch(events=batch))
+        stops += [job.kernel_id for _, job in outbox.stops]
+    session = await rows.one(Session, "s1")
+    assert session.status == case.status
+    assert [(await rows.one(Kernel, k)).status for k in ids] == case.kernel_status
+    assert await rows.history() == case.history
+    assert await rows.cpus_taken() == case.cpus_taken
+    assert stops == case.stops
+    assert session.exit_code == case.exit_code
+
+
+async def test_effects_wait_for_the_commit_and_name_what_changed(
+    db: SessionFactory, rows: Rows
+) -> None:
+    await rows.node("n1", kernels=1)
+    await rows.session(S.RUNNING, [(K.RUNNING, "n1")], resource_group="default")
+    outbox = await EventHandler(db, NO_REDIS).commit(
+        EventBatch(events=[ev("exited", 3, exit_code=0)])
+    )
+    assert outbox.live == [
+        (
+            "s1",
+            {
+                "type": "status",
+                "status": "SUCCEEDED",
+                "reason": "exited with code 0",
+                "exit_code": 0,
+            },
+        )
+    ]
+    assert outbox.schedule == {"default"}  # its place is free
+    assert (outbox.stops, outbox.starts, outbox.routes) == ([], [], [])
+
+
+async def test_progress_is_a_live_event_and_the_reason(db: SessionFactory, rows: Rows) -> None:
+    await rows.node("n1", kernels=1)
+    await rows.session(S.PREPARING, [(K.PREPARING, "n1")])
+    outbox = await EventHandler(db, NO_REDIS).commit(
+        EventBatch(events=[ev("progress", 1, message="pulling 40%")])
+    )
+    assert outbox.live == [("s1", {"type": "progress", "message": "pulling 40%"})]
+    assert (await rows.one(Session, "s1")).status_reason == "pulling 40%"
+
+
+async def test_an_interactive_session_gets_its_route_and_loses_it(
+    db: SessionFactory, rows: Rows
+) -> None:
+    await rows.node("n1", kernels=1)
+    await rows.session(S.PREPARING, [(K.PREPARING, "n1")], type="interactive")
+    handler = EventHandler(db, NO_REDIS)
+    jupyter = WireApp(name="jupyter", port=8888)
+    running = await handler.commit(
+        EventBatch(events=[ev("running", 2, ports={"jupyter": 40001}, apps=[jupyter])])
+    )
+    (route,) = running.routes
+    assert (route.session_id, route.apps["jupyter"].upstream) == ("s1", "http://127.0.0.1:40001")
+    ended = await handler.commit(EventBatch(events=[ev("exited", 3, exit_code=0)]))
+    assert ended.ended_routes == [("s1", "u1")]
+    assert ended.routes == []
+
+
+def registration(*kernels: str, node_id: str = "n1") -> NodeInfo:
+    return NodeInfo(
+        node_id=node_id,
+        hostname=node_id,
+        address="127.0.0.1",
+        queue=f"jobgate:node:{node_id}",
+        runtime="sim",
+        capacity=ResourceSlots.parse({"cpu": "8", "mem": "16g"}).to_json(),
+        kernels=[KernelReport(kernel_id=k, session_id=k.split("-")[0]) for k in kernels],
+    )
+
+
+async def test_registration_adds_the_node_and_asks_for_a_pass(
+    db: SessionFactory, rows: Rows
+) -> None:
+    outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(node=registration(node_id="n9")))
+    node = await rows.one(Node, "n9")
+    assert (node.queue, node.runtime) == ("jobgate:node:n9", "sim")
+    assert outbox.schedule == {"default"}
+
+
+REGISTRATIONS = [
+    pytest.param(S.RUNNING, K.RUNNING, ("s1-k0",), S.RUNNING, K.RUNNING, [], id="still-there"),
+    pytest.param(S.RUNNING, K.RUNNING, (), S.ERROR, K.FAILED, [], id="vanished-is-lost"),
+    pytest.param(
+        S.TERMINATING, K.STOPPING, (), S.TERMINATED, K.EXITED, [], id="vanished-while-stopping"
+    ),
+    pytest.param(
+        S.SUCCEEDED, K.EXITED, ("s1-k0",), S.SUCCEEDED, K.EXITED, ["s1-k0"], id="orphan-stopped"
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "kernel", "reported", "status_after", "kernel_after", "stops"), REGISTRATIONS
+)
+async def test_a_worker_registering_again_settles_its_kernels(
+    db: SessionFactory,
+    rows: Rows,
+    status: S,
+    kernel: K,
+    reported: tuple[str, ...],
+    status_after: S,
+    kernel_after: K,
+    stops: list[str],
+) -> None:
+    await rows.node("n1", kernels=0 if kernel == K.EXITED else 1)
+    await rows.session(status, [(kernel, "n1")])
+    outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(node=registration(*reported)))
+    assert (await rows.one(Session, "s1")).status == status_after
+    assert (await rows.one(Kernel, "s1-k0")).status == kernel_after
+    assert [job.kernel_id for _, job in outbox.stops] == stops
+    assert await rows.cpus_taken() == ("1" if kernel_after in (K.RUNNING,) else "0")
