@@ -31,7 +31,6 @@ import json
 import os
 import pwd
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,8 @@ from typing import Any
 import httpx
 import redis
 
+from jobgate.localnet import free_port
+
 GOAL_MS = 150.0
 COMMAND = ["sh", "-c", "echo hello; sleep 0.3"]
 PHASES = {
@@ -62,13 +63,6 @@ PHASES = {
 
 def say(message: str) -> None:
     print(message, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def percentile(values: list[float], q: float) -> float:

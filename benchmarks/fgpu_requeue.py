@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+
+from jobgate.localnet import free_port
 
 T = TypeVar("T")
 TARGET_S = 2.0
@@ -53,13 +54,6 @@ quantum = 0.1
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float, every: float) -> T:

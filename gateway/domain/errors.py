@@ -6,8 +6,9 @@
      ├── NotFound            404  the thing does not exist, or is not yours
      ├── Unauthenticated     401  no key, or a key that is unknown or revoked
      ├── Forbidden           403  authenticated, but not allowed (admin only ...)
-     ├── Invalid             422  input that cannot be accepted (names the field)
-     ├── Conflict            409  the state does not allow it, or an idempotency-key reuse
+     ├── Invalid             422  input that cannot be accepted (names the field), including
+     │                            an Idempotency-Key reused for a different request body
+     ├── Conflict            409  the state does not allow it (already ended, name taken ...)
      └── QuotaExceeded       429  a resource policy refuses more
 """
 

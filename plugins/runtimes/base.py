@@ -21,7 +21,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Final, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -33,6 +33,7 @@ __all__ = [
     "LABEL_KERNEL",
     "LABEL_NODE",
     "LABEL_SESSION",
+    "PORT_NAME_PATTERN",
     "SERVICE_PORTS_LABEL",
     "ExitStatus",
     "ImageNotFound",
@@ -84,7 +85,10 @@ class ServicePort:
 
 
 SERVICE_PORTS_LABEL = "jobgate.service-ports"
-_PORT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+# A service port's name is also its app name in proxy URLs and DNS labels
+# ({session}--{app}); contract.routes.APP_NAME_PATTERN is the same rule (a test checks).
+PORT_NAME_PATTERN: Final = r"[a-z0-9][a-z0-9_-]{0,31}"
+_PORT_NAME = re.compile(f"^{PORT_NAME_PATTERN}$")
 
 
 def parse_service_ports(text: str) -> list[ServicePort]:

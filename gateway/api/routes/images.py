@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from contract.apps import with_defaults
 from gateway.api.deps import Admin, CurrentUser, DbSession
-from gateway.api.validation import valid_image_reference
 from gateway.db.models import Image
 from gateway.domain.errors import Invalid, NotFound
+from gateway.domain.validation import valid_image_reference
 from plugins.runtimes.base import parse_service_ports
 
 router = APIRouter(prefix="/v1/images", tags=["images"])

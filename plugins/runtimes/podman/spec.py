@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from plugins.common import Mount
-from plugins.runtimes.base import InvalidSpec, KernelSpec, ServicePort
+from plugins.runtimes.base import PORT_NAME_PATTERN, InvalidSpec, KernelSpec, ServicePort
 from plugins.runtimes.base import format_service_ports as format_ports_label
 from plugins.runtimes.base import parse_service_ports as parse_ports_label
 
@@ -40,7 +40,7 @@ __all__ = [
 LABEL_PORTS: Final = "jobgate.ports"  # "jupyter:http:8888,api:tcp:9000"
 LABEL_MEM_LIMIT: Final = "jobgate.mem-limit"  # bytes, only when the limit is enforced
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,190}$")
-_PORT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_PORT_NAME = re.compile(f"^{PORT_NAME_PATTERN}$")
 _ENV_NAME = re.compile(r"^[^=\0]+$")
 
 

