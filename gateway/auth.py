@@ -80,6 +80,10 @@ class KeyCache:
             return None
         return principal
 
+    def forget(self, key_hash: str) -> None:
+        """Drop one key at once (it was revoked through this process)."""
+        self._entries.pop(key_hash, None)
+
     def put(self, key_hash: str, principal: Principal) -> None:
         if self.ttl <= 0:
             return

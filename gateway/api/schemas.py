@@ -16,6 +16,7 @@ from gateway.domain.requests import Input, MountSpec, SessionCreate
 
 __all__ = [
     "ApiKeyCreated",
+    "ApiKeyPublic",
     "HistoryItem",
     "KernelPublic",
     "MountSpec",
@@ -136,6 +137,16 @@ class UserPublic(BaseModel):
 
 class ApiKeyCreate(Input):
     name: str = Field(default="", max_length=64)
+
+
+class ApiKeyPublic(BaseModel):
+    """A key as listings show it: never the key itself, only its first characters."""
+
+    id: str
+    name: str
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None = None
 
 
 class ApiKeyCreated(BaseModel):

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from gateway.api.deps import Admin, CurrentUser, DbSession
-from gateway.api.schemas import ApiKeyCreate, ApiKeyCreated, UserCreate, UserPublic
-from gateway.auth import issue_key
-from gateway.db.models import User
+from gateway.api.deps import Admin, CurrentUser, DbSession, State
+from gateway.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyPublic, UserCreate, UserPublic
+from gateway.auth import Principal, issue_key
+from gateway.db.models import ApiKey, User, utcnow
 from gateway.domain.errors import Conflict, Forbidden, NotFound
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
@@ -64,3 +64,51 @@ async def create_key(
             raise NotFound(f"no user {name!r}")
         row, key = await issue_key(db, user, body.name)
     return ApiKeyCreated(id=row.id, user=user.name, name=row.name, prefix=row.prefix, key=key)
+
+
+async def _key_owner(db: DbSession, principal: Principal, name: str) -> User:
+    """The user whose keys are asked for: admins may name anyone, users only themselves."""
+    if not principal.is_admin and name != principal.name:
+        raise Forbidden("users may only manage their own keys")
+    user = (await db.execute(select(User).where(User.name == name))).scalar_one_or_none()
+    if user is None:
+        raise NotFound(f"no user {name!r}")
+    return user
+
+
+@router.get("/{name}/keys", operation_id="users-list-keys", response_model=list[ApiKeyPublic])
+async def list_keys(name: str, principal: CurrentUser, db: DbSession) -> list[ApiKeyPublic]:
+    """A user's keys, newest first: name, prefix and whether revoked (never the key)."""
+    user = await _key_owner(db, principal, name)
+    rows = await db.execute(
+        select(ApiKey).where(ApiKey.user_id == user.id).order_by(ApiKey.created_at.desc())
+    )
+    return [
+        ApiKeyPublic(
+            id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked_at=k.revoked_at
+        )
+        for k in rows.scalars()
+    ]
+
+
+@router.delete(
+    "/{name}/keys/{key_id}",
+    operation_id="users-revoke-key",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def revoke_key(
+    name: str, key_id: str, principal: CurrentUser, db: DbSession, state: State
+) -> Response:
+    """Revoke a key at once on this gateway (other gateway processes within
+    ``api_key_cache_s``). Revoking a revoked key changes nothing."""
+    async with db.begin():
+        user = await _key_owner(db, principal, name)
+        key = await db.get(ApiKey, key_id)
+        if key is None or key.user_id != user.id:
+            raise NotFound(f"no key {key_id} of user {name!r}")
+        if key.revoked_at is None:
+            key.revoked_at = utcnow()
+        digest = key.key_hash
+    state.keys.forget(digest)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

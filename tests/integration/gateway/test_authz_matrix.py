@@ -1,0 +1,220 @@
+"""Who may call what: every route of the app against every kind of caller.
+
+The table below is the authorization policy, one row per route. The test reads the
+app's own route table, so a new route without a row fails here until someone decides
+who may call it. Each route is called by each principal and the answer's status must
+match the rule:
+
+=========  ==========================================================================
+rule       expected
+=========  ==========================================================================
+public     anyone, even without a key, gets through
+user       any valid API key; no key, a wrong, revoked or node token → 401
+admin      admins; other users → 403; no key, wrong, revoked, node token → 401
+owner      a session's owner and admins; anyone else → 404 (as if it did not exist)
+self       the named user and admins; other users → 403
+node       the node token only; every API key (an admin's too) → 401
+=========  ==========================================================================
+
+"Gets through" means the answer is not 401 or 403, nor the 404 of a session one may not
+see: it may still be 404 for a made-up name or app, 409 for a state, 422 for the empty
+body sent. Someone else's session gets exactly the 404 of a session that does not exist.
+Project members get nothing from membership on a session: sessions are private to
+their owner (and admins).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from harness import NODE_TOKEN, Stack
+
+from gateway.app import create_app
+
+PUBLIC, USER, ADMIN, OWNER, SELF, NODE = "public", "user", "admin", "owner", "self", "node"
+
+#: "METHOD /path" -> rule
+MATRIX: dict[str, str] = {
+    "GET /healthz": PUBLIC,
+    # sessions and what hangs off them
+    "POST /v1/sessions": USER,
+    "GET /v1/sessions": USER,
+    "GET /v1/sessions/{session_id}": OWNER,
+    "DELETE /v1/sessions/{session_id}": OWNER,
+    "GET /v1/sessions/{session_id}/logs": OWNER,
+    "GET /v1/sessions/{session_id}/apps": OWNER,
+    "POST /v1/sessions/{session_id}/apps/{app}": OWNER,
+    # nodes: everyone may look, admins act
+    "GET /v1/nodes": USER,
+    "GET /v1/nodes/{node_id}": USER,
+    "POST /v1/nodes/{node_id}/drain": ADMIN,
+    "POST /v1/nodes/{node_id}/cordon": ADMIN,
+    "POST /v1/nodes/{node_id}/uncordon": ADMIN,
+    # configuration
+    "GET /v1/resource-groups": USER,
+    "PUT /v1/resource-groups/{name}": ADMIN,
+    "GET /v1/images": USER,
+    "PUT /v1/images/{name}": ADMIN,
+    "DELETE /v1/images/{name}": ADMIN,
+    "GET /v1/policies": ADMIN,
+    "PUT /v1/policies/{scope}/{subject}": ADMIN,
+    "DELETE /v1/policies/{scope}/{subject}": ADMIN,
+    # people
+    "GET /v1/projects": USER,
+    "POST /v1/projects": ADMIN,
+    "POST /v1/projects/{name}/members": ADMIN,
+    "DELETE /v1/projects/{name}/members/{user}": ADMIN,
+    "GET /v1/users/me": USER,
+    "GET /v1/users": ADMIN,
+    "POST /v1/users": ADMIN,
+    "POST /v1/users/{name}/keys": SELF,
+    "GET /v1/users/{name}/keys": SELF,
+    "DELETE /v1/users/{name}/keys/{key_id}": SELF,
+    # worker nodes
+    "POST /v1/internal/kernels/{kernel_id}/logs": NODE,
+}
+
+KEYLESS = ("anonymous", "wrong key", "revoked key", "node token")
+
+
+@dataclass
+class World:
+    keys: dict[str, str]  # principal -> Authorization value ("" = none)
+    values: dict[str, str]  # path parameter -> value
+
+
+def app_routes(stack: Stack) -> set[str]:
+    """Every operation the app publishes (its OpenAPI document: what clients can call;
+    /docs and /openapi.json themselves are framework pages, public by design)."""
+    paths: dict[str, dict[str, Any]] = create_app(stack.settings).openapi()["paths"]
+    return {f"{method.upper()} {path}" for path, ops in paths.items() for method in ops}
+
+
+async def world(stack: Stack) -> World:
+    alice = await stack.create_user("alice")
+    bob = await stack.create_user("bob")
+    carol = await stack.create_user("carol")
+    async with stack.client() as admin:
+        assert (await admin.post("/v1/projects", json={"name": "lab"})).status_code == 201
+        for member in ("alice", "carol"):
+            r = await admin.post("/v1/projects/lab/members", json={"user": member})
+            assert r.status_code == 200, r.text
+        doomed = (await admin.post("/v1/users/bob/keys", json={"name": "doomed"})).json()
+        spare = (await admin.post("/v1/users/alice/keys", json={"name": "spare"})).json()
+        r = await admin.delete(f"/v1/users/bob/keys/{doomed['id']}")
+        assert r.status_code == 204, r.text
+    session = await stack.submit(alice, command=["true"], project="lab")
+    return World(
+        keys={
+            "anonymous": "",
+            "wrong key": "jg_" + "x" * 43,
+            "revoked key": doomed["key"],
+            "node token": NODE_TOKEN,
+            "other user": bob,
+            "project member": carol,
+            "owner": alice,
+            "admin": stack.admin_key,
+        },
+        values={
+            "session_id": session["id"],
+            "app": "jupyter",
+            "node_id": "no-such-node",
+            "name": "nope",
+            "scope": "user",
+            "subject": "nobody",
+            "user": "nobody",
+            "kernel_id": "no-such-kernel",
+            "key_id": spare["id"],
+        },
+    )
+
+
+def expected(rule: str, principal: str) -> set[int] | None:
+    """The statuses *principal* must get, or None for "gets through"."""
+    if rule == PUBLIC:
+        return None
+    if rule == NODE:
+        return None if principal == "node token" else {401}
+    if principal in KEYLESS:
+        return {401}
+    if principal == "admin" or rule == USER or (principal == "owner" and rule in (OWNER, SELF)):
+        return None
+    return {ADMIN: {403}, SELF: {403}, OWNER: {404}}[rule]
+
+
+def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
+    if r.status_code >= 500:
+        return False
+    want = expected(rule, principal)
+    hidden = r.status_code == 404 and r.json().get("detail", "").startswith("no session")
+    if want is not None:
+        # someone else's session is answered exactly as one that does not exist
+        return r.status_code in want and (rule != OWNER or principal in KEYLESS or hidden)
+    return r.status_code not in (401, 403) and not hidden
+
+
+async def call(stack: Stack, key: str, method: str, path: str) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx.AsyncClient(base_url=stack.url, headers=headers, timeout=30) as api:
+        body: dict[str, Any] | None = {} if method in ("POST", "PUT", "PATCH") else None
+        return await api.request(method, path, json=body)
+
+
+async def test_every_route_has_a_rule(stack: Stack) -> None:
+    routes = set(app_routes(stack))
+    assert sorted(routes - MATRIX.keys()) == [], "routes without a row in MATRIX"
+    assert sorted(MATRIX.keys() - routes) == [], "rows in MATRIX for routes that are gone"
+
+
+async def test_every_route_answers_every_principal_by_its_rule(stack: Stack) -> None:
+    w = await world(stack)
+    # the principals that may change things go last, so the others see the world intact
+    order = list(w.keys)
+    wrong: list[str] = []
+    for entry in sorted(MATRIX):
+        method, template = entry.split(" ", 1)
+        name_values = dict(w.values)
+        if template.startswith("/v1/users/{name}"):
+            name_values["name"] = "alice"  # the owner's own keys
+        path = template.format(**name_values)
+        rule = MATRIX[entry]
+        for principal in order:
+            r = await call(stack, w.keys[principal], method, path)
+            if not verdict(rule, principal, r):
+                wrong.append(f"{entry} as {principal}: {r.status_code} {r.text[:120]}")
+            if r.status_code in (401, 403, 404):
+                # refusals are problems, and never say more than they must
+                assert r.headers["content-type"].startswith("application/problem+json"), entry
+    assert wrong == [], "\n".join(wrong)
+
+
+async def test_a_revoked_key_stops_working_at_once_and_listings_never_show_keys(
+    stack: Stack,
+) -> None:
+    alice = await stack.create_user("alice")
+    async with stack.client(alice) as api:
+        made = (await api.post("/v1/users/alice/keys", json={"name": "ci"})).json()
+        listed = (await api.get("/v1/users/alice/keys")).json()
+        assert {k["name"] for k in listed} == {"test", "ci"}
+        assert all("key" not in k and "key_hash" not in k for k in listed)
+        assert [k["prefix"] for k in listed if k["id"] == made["id"]] == [made["prefix"]]
+    async with stack.client(made["key"]) as ci:
+        assert (await ci.get("/v1/users/me")).status_code == 200
+        assert (await ci.delete(f"/v1/users/alice/keys/{made['id']}")).status_code == 204
+        r = await ci.get("/v1/users/me")
+        assert r.status_code == 401
+        assert "revoked" in r.json()["detail"]
+    async with stack.client(alice) as api:
+        listed = (await api.get("/v1/users/alice/keys")).json()
+        revoked = [k for k in listed if k["id"] == made["id"]]
+        assert revoked[0]["revoked_at"] is not None
+        # someone else's key id under one's own name is not found, not revoked
+        other = await stack.create_user("bob")
+        async with stack.client(other) as bob:
+            bobs = (await bob.get("/v1/users/bob/keys")).json()
+        r = await api.delete(f"/v1/users/alice/keys/{bobs[0]['id']}")
+        assert r.status_code == 404
+    async with stack.client(other) as bob:
+        assert (await bob.get("/v1/users/me")).status_code == 200
