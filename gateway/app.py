@@ -103,6 +103,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         internal,
     )
     for module in routers:
-        app.include_router(module.router)
+        responses = None if module is health else problems.PROBLEM_RESPONSES
+        app.include_router(module.router, responses=responses)
     app.add_middleware(problems.BodyLimit, limit=MAX_BODY)
     return app

@@ -9,27 +9,69 @@ nothing about the internals; the log has the traceback.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.domain.errors import Invalid, JobgateError
 
-__all__ = ["BodyLimit", "install", "problem"]
+__all__ = ["PROBLEM_RESPONSES", "BodyLimit", "Problem", "install", "problem"]
 
 log = logging.getLogger(__name__)
 MEDIA = "application/problem+json"
+
+
+class Problem(BaseModel):
+    """An RFC 7807 problem, as every error answer of the API has it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    field: str | None = None
+    errors: list[dict[str, str]] | None = None
+
+
+def _described(text: str) -> dict[str, Any]:
+    return {"description": text, "content": {MEDIA: {"schema": Problem.model_json_schema()}}}
+
+
+#: the error answers any /v1 operation may give, declared in the OpenAPI document so
+#: generated clients (and schemathesis) know them; routes add their own success codes
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _described("the body could not be parsed"),
+    401: _described("no API key, or a wrong, malformed or revoked one"),
+    403: _described("the key's user may not do this"),
+    404: _described("no such resource (someone else's session is answered the same way)"),
+    405: _described("the method is not allowed here"),
+    409: _described("the resource's state or name conflicts with the request"),
+    413: _described("the body is too large"),
+    422: _described("a field is invalid; `field` names it, `errors` lists every one"),
+    429: _described("a quota or rate limit was reached"),
+}
 
 
 def _slug(title: str) -> str:
     return title.lower().replace(" ", "-")
 
 
-def problem(status: int, title: str, detail: str, instance: str, **extra: Any) -> JSONResponse:
+def problem(
+    status: int,
+    title: str,
+    detail: str,
+    instance: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
     body = {
         "type": f"urn:jobgate:problem:{_slug(title)}",
         "title": title,
@@ -38,7 +80,9 @@ def problem(status: int, title: str, detail: str, instance: str, **extra: Any) -
         "instance": instance,
         **{k: v for k, v in extra.items() if v is not None},
     }
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse(body, status_code=status, media_type=MEDIA, headers=headers)
 
 
@@ -52,7 +96,14 @@ def _field(loc: tuple[Any, ...]) -> str:
 async def _domain(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobgateError)
     field = exc.field if isinstance(exc, Invalid) else None
-    return problem(exc.status, exc.title, exc.detail, request.url.path, field=field, **exc.extra)
+    return problem(
+        exc.status,
+        exc.title,
+        exc.detail,
+        request.url.path,
+        field=field,
+        **dict[str, Any](exc.extra),
+    )
 
 
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
@@ -84,7 +135,8 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     titles = {404: "Not found", 405: "Method not allowed", 413: "Payload too large"}
     title = titles.get(exc.status_code, "HTTP error")
-    return problem(exc.status_code, title, str(exc.detail), request.url.path)
+    # keep the exception's headers: a 405 says which methods are allowed (RFC 9110)
+    return problem(exc.status_code, title, str(exc.detail), request.url.path, headers=exc.headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from gateway.api.deps import Admin, DbSession
 from gateway.db.models import Project, ResourcePolicy, User
-from gateway.domain.errors import Invalid, NotFound
+from gateway.domain.errors import NotFound
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from plugins.resources import InvalidResource, ResourceSlots
 
@@ -126,5 +126,5 @@ async def delete_policy(scope: Scope, subject: str, _: Admin, db: DbSession) -> 
             )
         ).scalar_one_or_none()
         if row is None:
-            raise Invalid(f"{scope} {subject!r} has no policy", field="subject")
+            raise NotFound(f"{scope} {subject!r} has no policy")
         await db.delete(row)
