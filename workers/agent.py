@@ -194,6 +194,7 @@ class NodeAgent:
         env = dict(job.env)
         env.setdefault("JOBGATE_SESSION_ID", job.session_id)
         env.setdefault("JOBGATE_KERNEL_ID", job.kernel_id)
+        env.setdefault("JOBGATE_ATTEMPT", str(job.attempt))
         return KernelSpec(
             kernel_id=attempt_ref(job.kernel_id, job.attempt),  # names the container
             session_id=job.session_id,

@@ -428,14 +428,16 @@ async def test_container_of_a_session_that_ended_meanwhile_is_removed(
 ) -> None:
     """The node stays away long enough for its sessions to be given up (ERROR); when the
     worker returns, it finds the container, and the gateway has it stopped and removed."""
-    stack.settings.node_lost_timeout_s = 1.0
+    stack.settings.node_lost_after_s = 1.0
     node, env = podman_nodes.new(), podman_nodes.env()
     worker = await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
-    s = await stack.submit(image=images["busybox"], command=["sh", "-c", "echo up; sleep 300"])
+    s = await stack.submit(
+        image=images["busybox"], command=["sh", "-c", "echo up; sleep 300"], max_retries=0
+    )
     await stack.wait_output(s["id"], "up")
     await worker.kill9()
     lost = await stack.wait_status(s["id"], {"ERROR"})
-    assert lost["status_reason"] == f"node {node} stopped responding"
+    assert lost["status_reason"] == f"node {node} lost; retries spent (0 of 0)"
     label = f"jobgate.session={s['id']}"
     assert await asyncio.to_thread(podman_nodes.states, label) == ["running"]
     await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
