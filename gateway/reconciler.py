@@ -318,6 +318,8 @@ class _Loss:
             return False
         self.db.add(transition(self.session, S.ERROR, why, self.now))
         self.outbox.status(self.session)
+        if self.session.type == "interactive" and self.session.apps:  # the proxy's route
+            self.outbox.ended_routes.append((self.session.id, self.session.owner_id))
         return True
 
 
