@@ -80,6 +80,9 @@ class StartKernel(_Message):
     #: accelerator slot -> device id -> amount (decimal string)
     devices: dict[str, dict[str, str]] = Field(default_factory=dict)
     cpuset: list[int] | None = None
+    #: which placement of this kernel this is (1, 2, ... after a node was lost); the
+    #: worker names the container after it and echoes it in every event (fencing)
+    attempt: int = 1
 
 
 class StopKernel(_Message):
@@ -90,6 +93,8 @@ class StopKernel(_Message):
     node_id: str = ""
     reason: str = "terminated on request"
     grace: float = 10.0
+    #: stop only this attempt (None: whatever attempt of the kernel runs here)
+    attempt: int | None = None
 
 
 EventKind = Literal[
@@ -116,6 +121,9 @@ class KernelEvent(_Message):
     ports: dict[str, int] = Field(default_factory=dict)  # app name -> host port
     apps: list[WireApp] = Field(default_factory=list)  # with "running": what it serves
     container_id: str | None = None
+    #: the attempt of the kernel this event is about (None: an older worker that did not
+    #: say); the gateway ignores events of an attempt it moved elsewhere
+    attempt: int | None = None
 
 
 class KernelReport(_Message):
@@ -123,6 +131,7 @@ class KernelReport(_Message):
 
     kernel_id: str
     session_id: str
+    attempt: int | None = None
 
 
 class NodeInfo(_Message):

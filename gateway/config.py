@@ -78,8 +78,15 @@ class GatewaySettings(BaseSettings):
     min_pass_interval_s: float = 0.05
     #: a SCHEDULED/TERMINATING kernel untouched this long gets its job enqueued again
     requeue_after_s: float = 30.0
-    #: sessions on a node whose heartbeat stopped this long end ERROR
-    node_lost_timeout_s: float = 300.0
+    #: a node whose heartbeat key expired and that was last seen this long ago is lost:
+    #: its batch sessions are placed again (retries left), the others end ERROR
+    #: (docs/node-loss.md; detection = the worker's heartbeat TTL + this + one tick)
+    node_lost_after_s: float = Field(default=2.0, ge=0)
+    #: re-runs after a node loss when neither the session nor its group says
+    max_retries: int = Field(default=3, ge=0, le=100)
+    #: wait before attempt n+1: retry_backoff_s * 2**(retries - 1), at most retry_backoff_max_s
+    retry_backoff_s: float = Field(default=1.0, ge=0)
+    retry_backoff_max_s: float = Field(default=60.0, ge=0)
 
     # -- API --------------------------------------------------------------------------
     api_key_cache_s: float = 5.0

@@ -123,10 +123,10 @@ class EventHandler:
     async def _vanished(self, db: AsyncSession, info: NodeInfo, now: datetime) -> list[KernelEvent]:
         """Kernels live here by the database that the node no longer has (its state was
         wiped, or a simulated node restarted): they end as if the node had said so."""
-        reported = {k.kernel_id for k in info.kernels}
+        reported = {k.kernel_id: k.attempt for k in info.kernels}
         rows = (
             await db.execute(
-                select(Kernel.id, Kernel.session_id, Kernel.status).where(
+                select(Kernel.id, Kernel.session_id, Kernel.status, Kernel.attempt).where(
                     Kernel.node_id == info.node_id,
                     Kernel.status.in_(KERNEL_STARTED),
                 )
@@ -142,31 +142,33 @@ class EventHandler:
                 ts=now.timestamp(),
                 message=gone,
                 requested_stop=status == K.STOPPING,
+                attempt=attempt,
             )
-            for kernel_id, session_id, status in rows
-            if kernel_id not in reported
+            for kernel_id, session_id, status, attempt in rows
+            if kernel_id not in reported or reported[kernel_id] not in (None, attempt)
         ]
 
     async def _orphans(self, db: AsyncSession, info: NodeInfo, outbox: Outbox) -> None:
-        """Containers the node runs for kernels that are not live here: stop them."""
+        """Containers the node runs for kernels that are not live here, or of an attempt
+        the gateway moved elsewhere (fencing): stop them."""
         reported = {k.kernel_id: k for k in info.kernels}
         if not reported:
             return
-        live_ids = set(
+        live = dict(
             (
                 await db.execute(
-                    select(Kernel.id).where(
+                    select(Kernel.id, Kernel.attempt).where(
                         Kernel.id.in_(list(reported)),
                         Kernel.node_id == info.node_id,
                         Kernel.status.in_(KERNEL_LIVE),
                     )
                 )
-            ).scalars()
+            ).all()
         )
         for kernel_id, report in reported.items():
-            if kernel_id not in live_ids:
-                why = "its session is no longer live"
-                job = stop_job(kernel_id, report.session_id, info.node_id, why)
+            if kernel_id not in live or report.attempt not in (None, live[kernel_id]):
+                why = "its session is no longer live here"
+                job = stop_job(kernel_id, report.session_id, info.node_id, why, 0.0, report.attempt)
                 outbox.stops.append((info.queue, job))
 
     # -- kernel events ----------------------------------------------------------------
@@ -183,6 +185,7 @@ class EventHandler:
         )
         sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
         kernels = {k.id: k for k in await lock_rows(db, Kernel, Kernel.id.in_(kernel_ids))}
+        events = await self._fence(db, events, kernels, outbox)
         # only an ending kernel changes its node's sums: lock just those nodes, so the
         # stream of "preparing"/"running" events never holds up a scheduling pass
         ending = {e.kernel_id for e in events if e.kind in _ENDING}
@@ -219,6 +222,43 @@ class EventHandler:
             # kernels would run on, holding their nodes, for a session that is over
             reason = "another kernel of its session failed"
             await stop_kernels(db, sorted(abandoned), reason, outbox)
+
+    async def _fence(
+        self,
+        db: AsyncSession,
+        events: Sequence[KernelEvent],
+        kernels: dict[str, Kernel],
+        outbox: Outbox,
+    ) -> list[KernelEvent]:
+        """The events of each kernel's current attempt. An event of an attempt the
+        gateway moved elsewhere is ignored; if that attempt still runs, it is stopped."""
+        current, stale = [], []
+        for event in events:
+            kernel = kernels.get(event.kernel_id)
+            if kernel is None or event.attempt in (None, kernel.attempt):
+                current.append(event)
+            else:
+                stale.append(event)
+        running = [e for e in stale if e.kind in ("preparing", "running", "progress")]
+        if stale:
+            log.info("%d event(s) of superseded attempts ignored", len(stale))
+        if running:
+            queues = dict(
+                (
+                    await db.execute(
+                        select(Node.id, Node.queue).where(
+                            Node.id.in_(sorted({e.node_id for e in running}))
+                        )
+                    )
+                ).all()
+            )
+            stops = {(e.node_id, e.kernel_id, e.attempt): e for e in running}
+            for (node_id, kernel_id, attempt), e in sorted(stops.items(), key=lambda i: str(i[0])):
+                if node_id in queues:
+                    why = f"attempt {attempt} was moved elsewhere"
+                    job = stop_job(kernel_id, e.session_id, node_id, why, 0.0, attempt)
+                    outbox.stops.append((queues[node_id], job))
+        return current
 
     async def _siblings(
         self, db: AsyncSession, sessions: dict[str, Session], kernels: dict[str, Kernel]

@@ -36,11 +36,22 @@ K = KernelStatus
 
 
 def stop_job(
-    kernel_id: str, session_id: str, node_id: str, reason: str, grace: float = 0.0
+    kernel_id: str,
+    session_id: str,
+    node_id: str,
+    reason: str,
+    grace: float = 0.0,
+    attempt: int | None = None,
 ) -> StopKernel:
-    """The one way a stop job is made (SIGTERM, *grace* seconds, then SIGKILL)."""
+    """The one way a stop job is made (SIGTERM, *grace* seconds, then SIGKILL); with
+    *attempt*, the node stops only that attempt of the kernel."""
     return StopKernel(
-        kernel_id=kernel_id, session_id=session_id, node_id=node_id, reason=reason, grace=grace
+        kernel_id=kernel_id,
+        session_id=session_id,
+        node_id=node_id,
+        reason=reason,
+        grace=grace,
+        attempt=attempt,
     )
 
 
@@ -82,7 +93,7 @@ async def stop_kernels(
     node started are "stopping" from now on (a worker that no longer lists one stopped it)."""
     rows = (
         await db.execute(
-            select(Kernel.id, Kernel.session_id, Node.id, Node.queue)
+            select(Kernel.id, Kernel.session_id, Node.id, Node.queue, Kernel.attempt)
             .join(Node, Node.id == Kernel.node_id)
             .where(Kernel.session_id.in_(session_ids), Kernel.ended_at.is_(None))
             .order_by(Kernel.id)
@@ -93,13 +104,14 @@ async def stop_kernels(
     await db.execute(
         update(Kernel)
         .where(
-            Kernel.id.in_([kernel_id for kernel_id, _, _, _ in rows]),
+            Kernel.id.in_([row[0] for row in rows]),
             Kernel.status.in_([K.PREPARING, K.RUNNING]),
         )
         .values(status=K.STOPPING)
     )
     outbox.stops += [
-        (queue, stop_job(kid, sid, nid, reason, grace)) for kid, sid, nid, queue in rows
+        (queue, stop_job(kid, sid, nid, reason, grace, attempt))
+        for kid, sid, nid, queue, attempt in rows
     ]
 
 

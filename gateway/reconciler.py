@@ -4,9 +4,11 @@ Redis is transport; the database is the truth. So, every few seconds:
 
 * a kernel placed (SCHEDULED) whose start job may have been lost gets it again, and a
   kernel of a TERMINATING session its stop job (job ids make both idempotent);
-* a node whose heartbeat stopped: kernels placed there that never started go back to
-  PENDING after ``requeue_after_s``; sessions running there end ERROR after
-  ``node_lost_timeout_s`` ("node n1 stopped responding");
+* a node whose heartbeat key expired and that was last seen ``node_lost_after_s`` ago is
+  lost: sessions that never started there are placed again; batch sessions that ran
+  there are retried (a new attempt, PENDING after a backoff) while retries are left;
+  interactive ones, and those whose retries are spent, end ERROR naming the node
+  (``gateway.domain.retry``, docs/node-loss.md);
 * alive nodes get ``last_seen_at`` refreshed (one UPDATE for all of them);
 * interactive sessions idle past their timeout (no traffic through the app proxy, from
   the activity keys it writes) are terminated, and routes Redis lost are written again.
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from arq.connections import ArqRedis
-from sqlalchemy import func, select, update
+from pydantic import ValidationError
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import activity_key, route_key
@@ -30,14 +34,22 @@ from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.locks import lock_rows
-from gateway.db.models import Kernel, Node, Session
+from gateway.db.models import Kernel, Node, ResourceGroup, Session
 from gateway.db.transitions import transition
 from gateway.domain.idle import idle_deadline, idle_timeout
-from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus, can_transition
+from gateway.domain.retry import Outcome, backoff_s, decide, error_reason, max_retries_for
+from gateway.domain.status import (
+    KERNEL_STARTED,
+    TERMINAL,
+    KernelStatus,
+    SessionStatus,
+    can_transition,
+)
 from gateway.lifecycle import begin_termination, end_kernel, release, stop_job, stop_kernels
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import start_job
 from gateway.scheduler.snapshot import alive_nodes
+from plugins.scheduling.config import SchedulerConfig
 
 __all__ = ["Activity", "Reconciler"]
 
@@ -158,7 +170,8 @@ class Reconciler:
                 continue
             touched.append(kernel.id)
             if session.status == S.TERMINATING:
-                job = stop_job(kernel.id, session.id, node.id, "terminated on request")
+                why = "terminated on request"
+                job = stop_job(kernel.id, session.id, node.id, why, attempt=kernel.attempt)
                 outbox.stops.append((node.queue, job))
             elif kernel.status == K.SCHEDULED:
                 outbox.restarts.append((node.queue, start_job(session, kernel)))
@@ -172,71 +185,142 @@ class Reconciler:
         now: datetime,
         outbox: Outbox,
     ) -> None:
-        lost_ids = sorted(n.id for n in nodes.values() if n.id not in alive)
+        """Sessions with a kernel on a node lost for ``node_lost_after_s``: placed again,
+        retried, cancelled or ended ERROR (:func:`gateway.domain.retry.decide`)."""
+        cut = now - timedelta(seconds=self.settings.node_lost_after_s)
+        lost_ids = {n.id for n in nodes.values() if n.id not in alive and n.last_seen_at < cut}
         if not lost_ids:
             return
-        on_lost = (Kernel.node_id.in_(lost_ids)) & (Kernel.ended_at.is_(None))
+        on_lost = Kernel.node_id.in_(sorted(lost_ids)) & Kernel.ended_at.is_(None)
         session_ids = sorted(
             set((await db.execute(select(Kernel.session_id).where(on_lost))).scalars())
         )
         if not session_ids:
             return
-        sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
-        kernels = await lock_rows(db, Kernel, on_lost)
-        lost = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(lost_ids))}
-        requeue_cut = now - timedelta(seconds=self.settings.requeue_after_s)
-        error_cut = now - timedelta(seconds=self.settings.node_lost_timeout_s)
-        given_up: list[str] = []
+        # lock order: sessions, kernels (all of these sessions'), nodes, each by id
+        sessions = await lock_rows(db, Session, Session.id.in_(session_ids))
+        kernels = await lock_rows(db, Kernel, Kernel.session_id.in_(session_ids))
+        node_ids = sorted({k.node_id for k in kernels if k.node_id})
+        locked = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(node_ids))}
+        limits = await _group_retries(db, {s.resource_group for s in sessions})
+        own: dict[str, list[Kernel]] = {}
         for kernel in kernels:
-            session = sessions.get(kernel.session_id)
-            node = lost.get(kernel.node_id or "")
-            if session is None or node is None:
-                continue
+            own.setdefault(kernel.session_id, []).append(kernel)
+        given_up: list[str] = []
+        for session in sessions:
             if session.status in TERMINAL:
                 continue
-            if kernel.status == K.SCHEDULED and node.last_seen_at < requeue_cut:
-                await self._settle_unstarted(db, node, kernel, session, now, outbox)
-            elif node.last_seen_at < error_cut:
-                end_kernel(node, kernel, K.FAILED, now)
-                if can_transition(session.status, S.ERROR):
-                    db.add(transition(session, S.ERROR, f"node {node.id} stopped responding", now))
-                    outbox.status(session)
-                    given_up.append(session.id)
-                outbox.schedule.add(session.resource_group)
+            ks = own.get(session.id, [])
+            lost_here = [k for k in ks if k.ended_at is None and k.node_id in lost_ids]
+            if not lost_here:
+                continue
+            loss = _Loss(db, session, ks, locked, lost_ids, lost_here[0].node_id or "", now, outbox)
+            limit = max_retries_for(
+                session.max_retries,
+                limits.get(session.resource_group),
+                self.settings.max_retries,
+            )
+            started = any(k.status in KERNEL_STARTED or k.started_at is not None for k in ks)
+            outcome = decide(session.type, session.status, started, session.retries, limit)
+            outbox.schedule.add(session.resource_group)
+            if outcome == Outcome.PLACE_AGAIN:
+                loss.place_again(f"node {loss.node_id} stopped responding before it started")
+            elif outcome == Outcome.RETRY:
+                session.retries += 1
+                wait = backoff_s(
+                    session.retries,
+                    self.settings.retry_backoff_s,
+                    self.settings.retry_backoff_max_s,
+                )
+                at = now + timedelta(seconds=wait)
+                session.starts_at = at
+                loss.place_again(
+                    f"retrying after node {loss.node_id} lost "
+                    f"(retry {session.retries} of {limit}) at {at:%H:%M:%S}Z"
+                )
+            elif outcome == Outcome.CANCEL:
+                await loss.cancel()
+            elif loss.fail(error_reason(loss.node_id, session.type, session.retries, limit)):
+                given_up.append(session.id)
         if given_up:  # their kernels on other nodes: stopped, their nodes' events end them
             await stop_kernels(db, given_up, "another kernel of its session was lost", outbox)
 
-    async def _settle_unstarted(
-        self,
-        db: AsyncSession,
-        node: Node,
-        kernel: Kernel,
-        session: Session,
-        now: datetime,
-        outbox: Outbox,
-    ) -> None:
-        """A kernel placed on a node that went silent before starting it: free its place,
-        then cancel it if its session was asked to stop, else place it again."""
-        release(node, kernel)
-        outbox.schedule.add(session.resource_group)
-        why = f"node {node.id} stopped responding before it started"
-        if session.status == S.TERMINATING:
-            end_kernel(node, kernel, K.CANCELLED, now)
-            live_siblings = await db.scalar(
-                select(func.count())
-                .select_from(Kernel)
-                .where(Kernel.session_id == session.id, Kernel.ended_at.is_(None))
-            )
-            if not live_siblings:  # others end through their own nodes' events
-                db.add(transition(session, S.CANCELLED, f"{session.status_reason}; {why}", now))
-                outbox.status(session)
-            return
-        kernel.status, kernel.node_id = K.PENDING, None
-        kernel.slots, kernel.devices, kernel.cpuset = {}, {}, {}
-        if session.status == S.SCHEDULED:
-            db.add(transition(session, S.PENDING, why, now))
-            session.pending_reason = "waiting for the scheduler"
-            outbox.status(session)
+
+async def _group_retries(db: AsyncSession, groups: set[str]) -> dict[str, int | None]:
+    """Each resource group's ``max_retries`` (its scheduler config; None: not set)."""
+    out: dict[str, int | None] = {}
+    rows = await db.execute(
+        select(ResourceGroup.name, ResourceGroup.scheduler).where(
+            ResourceGroup.name.in_(sorted(groups))
+        )
+    )
+    for name, config in rows:
+        try:
+            out[name] = SchedulerConfig.model_validate(config or {}).max_retries
+        except ValidationError:
+            log.warning("resource group %s: scheduler config invalid, default retries", name)
+    return out
+
+
+@dataclass
+class _Loss:
+    """One session hit by a lost node, and its kernels (locked), inside a tick."""
+
+    db: AsyncSession
+    session: Session
+    kernels: list[Kernel]
+    nodes: dict[str, Node]
+    lost: set[str]
+    node_id: str
+    now: datetime
+    outbox: Outbox
+
+    def place_again(self, why: str) -> None:
+        """Every kernel of the session becomes a new attempt, waiting for a place; the old
+        attempts still on live nodes are stopped (their late events are stale)."""
+        for kernel in self.kernels:
+            node = self.nodes.get(kernel.node_id or "")
+            if kernel.ended_at is None:
+                release(node, kernel)
+                if node is not None and node.id not in self.lost:
+                    job = stop_job(kernel.id, self.session.id, node.id, why, 0.0, kernel.attempt)
+                    self.outbox.stops.append((node.queue, job))
+            kernel.attempt += 1
+            kernel.status, kernel.node_id = K.PENDING, None
+            kernel.slots, kernel.devices, kernel.cpuset, kernel.ports = {}, {}, {}, {}
+            kernel.container_id = kernel.exit_code = None
+            kernel.started_at = kernel.ended_at = None
+            kernel.log_offsets = {}  # the new attempt's output starts at byte 0
+            kernel.updated_at = self.now
+        self.session.lost_node = self.node_id
+        self.session.exit_code = None
+        self.db.add(transition(self.session, S.PENDING, why, self.now))
+        self.session.pending_reason = why
+        self.outbox.status(self.session)
+
+    async def cancel(self) -> None:
+        """A session asked to stop whose kernel never started on the lost node."""
+        why = f"node {self.node_id} stopped responding before it started"
+        for kernel in self.kernels:
+            if kernel.ended_at is None and kernel.node_id in self.lost:
+                end_kernel(self.nodes.get(kernel.node_id or ""), kernel, K.CANCELLED, self.now)
+        if all(k.ended_at is not None for k in self.kernels):  # others end by their events
+            reason = f"{self.session.status_reason}; {why}"
+            self.db.add(transition(self.session, S.CANCELLED, reason, self.now))
+            self.outbox.status(self.session)
+
+    def fail(self, why: str) -> bool:
+        """The kernels on lost nodes failed, the session is ERROR; True if it moved."""
+        for kernel in self.kernels:
+            if kernel.ended_at is None and kernel.node_id in self.lost:
+                end_kernel(self.nodes.get(kernel.node_id or ""), kernel, K.FAILED, self.now)
+        if not can_transition(self.session.status, S.ERROR):
+            return False
+        self.db.add(transition(self.session, S.ERROR, why, self.now))
+        self.outbox.status(self.session)
+        if self.session.type == "interactive" and self.session.apps:  # the proxy's route
+            self.outbox.ended_routes.append((self.session.id, self.session.owner_id))
+        return True
 
 
 def _minutes(seconds: int) -> str:

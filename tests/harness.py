@@ -97,6 +97,9 @@ class Stack:
             proxy_secret=SecretStr("test-proxy-secret"),
             tick_interval_s=1.0,
             requeue_after_s=3.0,
+            # a worker restarted by a test must not be taken for lost (tests of node
+            # loss lower it: stack.settings.node_lost_after_s)
+            node_lost_after_s=30.0,
             api_key_cache_s=0.0,
         )
 

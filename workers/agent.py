@@ -55,7 +55,7 @@ from workers.kernel import KernelRun, NodeServices
 from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
-from workers.state import KernelState, StateStore
+from workers.state import KernelState, StateStore, attempt_ref, parse_ref
 
 __all__ = ["Agent", "NodeAgent"]
 
@@ -121,7 +121,11 @@ class NodeAgent:
             version=VERSION,
             **registration_fields(self.devices, self.settings.numa_sysfs_root),
             kernels=[
-                KernelReport(kernel_id=k.state.kernel_id, session_id=k.state.session_id)
+                KernelReport(
+                    kernel_id=k.state.kernel_id,
+                    session_id=k.state.session_id,
+                    attempt=k.state.attempt,
+                )
                 for k in self.kernels.values()
             ],
         )
@@ -131,8 +135,9 @@ class NodeAgent:
         """Re-attach to the kernels the runtime still has; report the ones that vanished."""
         saved = self.services.store.load_all()
         for handle in await self.runtime.list_kernels():
+            kernel_id, attempt = parse_ref(handle.kernel_id)  # the runtime knows the ref
             state = saved.pop(handle.kernel_id, None) or KernelState(
-                handle.kernel_id, handle.session_id, self.node_id, phase="running"
+                kernel_id, handle.session_id, self.node_id, phase="running", attempt=attempt
             )
             state.phase = "running"
             run = KernelRun(self.services, state)
@@ -149,23 +154,29 @@ class NodeAgent:
                 else "the worker restarted while preparing it"
             )
             run._event(kind, message=message)
-            self.services.store.delete(state.kernel_id)
+            self.services.store.delete(state.ref)
 
     async def _watch(self, run: KernelRun) -> None:
         try:
             await run.watch()
         finally:
-            self.kernels.pop(run.state.kernel_id, None)
+            self.kernels.pop(run.state.ref, None)
 
     # -- control jobs -----------------------------------------------------------------
     def start(self, job: StartKernel) -> None:
-        if job.kernel_id in self.kernels or self.services.store.is_done(job.kernel_id):
+        ref = attempt_ref(job.kernel_id, job.attempt)
+        if ref in self.kernels or self.services.store.is_done(ref):
             return  # a repeated job: already running, or it ran here and ended
         state = KernelState(
-            job.kernel_id, job.session_id, self.node_id, devices=job.devices, cpuset=job.cpuset
+            job.kernel_id,
+            job.session_id,
+            self.node_id,
+            devices=job.devices,
+            cpuset=job.cpuset,
+            attempt=job.attempt,
         )
         run = KernelRun(self.services, state)
-        self.kernels[job.kernel_id] = run
+        self.kernels[ref] = run
         self._spawn(self._launch(run, job))
 
     async def _launch(self, run: KernelRun, job: StartKernel) -> None:
@@ -177,14 +188,15 @@ class NodeAgent:
                 return
             await run.launch(spec, functools.partial(self._with_apps, job))
         finally:
-            self.kernels.pop(job.kernel_id, None)
+            self.kernels.pop(attempt_ref(job.kernel_id, job.attempt), None)
 
     def spec(self, job: StartKernel) -> KernelSpec:
         env = dict(job.env)
         env.setdefault("JOBGATE_SESSION_ID", job.session_id)
         env.setdefault("JOBGATE_KERNEL_ID", job.kernel_id)
+        env.setdefault("JOBGATE_ATTEMPT", str(job.attempt))
         return KernelSpec(
-            kernel_id=job.kernel_id,
+            kernel_id=attempt_ref(job.kernel_id, job.attempt),  # names the container
             session_id=job.session_id,
             node_id=self.node_id,
             command=list(job.command),
@@ -234,16 +246,26 @@ class NodeAgent:
             raise ReservationError("this node has no accelerator plugins")
         return self.accelerators.reserve(job.devices)
 
+    def find(self, kernel_id: str, attempt: int | None) -> KernelRun | None:
+        """The run of that attempt of the kernel (any attempt when None)."""
+        if attempt is not None:
+            return self.kernels.get(attempt_ref(kernel_id, attempt))
+        return next((r for r in self.kernels.values() if r.state.kernel_id == kernel_id), None)
+
     async def stop(self, job: StopKernel) -> None:
-        run = self.kernels.get(job.kernel_id)
+        run = self.find(job.kernel_id, job.attempt)
         if run is None:
-            if self.services.store.is_done(job.kernel_id):
+            ref = attempt_ref(job.kernel_id, job.attempt or 1)
+            if self.services.store.is_done(ref):
                 return  # it ran here and its end was reported: nothing to stop, nothing to say
             # never started here: a start job still in the queue must not run it later
-            self.services.store.mark_done(job.kernel_id)
-            KernelRun(
-                self.services, KernelState(job.kernel_id, job.session_id, self.node_id)
-            )._event("not_started", message="stopped before it started")
+            self.services.store.mark_done(ref)
+            state = KernelState(
+                job.kernel_id, job.session_id, self.node_id, attempt=job.attempt or 1
+            )
+            KernelRun(self.services, state)._event(
+                "not_started", message="stopped before it started"
+            )
             return
         self._spawn(run.stop(job.grace))
 
@@ -259,7 +281,7 @@ class NodeAgent:
         return Heartbeat(
             node_id=self.node_id,
             ts=time.time(),
-            kernels=sorted(self.kernels),
+            kernels=sorted({r.state.kernel_id for r in self.kernels.values()}),
             limits_enforced=info.limits_enforced if info else False,
             stats=self.stats,
         ).model_dump_json()
@@ -353,7 +375,7 @@ class Agent:
         async def stop_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
             job = StopKernel.model_validate(payload)
             node = self.nodes.get(job.node_id) or next(
-                (n for n in self.nodes.values() if job.kernel_id in n.kernels), None
+                (n for n in self.nodes.values() if n.find(job.kernel_id, job.attempt)), None
             )
             if node is None and len(self.nodes) == 1:
                 node = next(iter(self.nodes.values()))

@@ -39,8 +39,10 @@ class WorkerSettings(BaseSettings):
     worker_cpu: str | None = None
     worker_mem: str | None = None
 
-    heartbeat_interval_s: float = 5.0
-    heartbeat_ttl_s: float = 15.0
+    #: the node is alive while its heartbeat key is: the gateway counts it lost once the
+    #: key expired and its ``node_lost_after_s`` passed (docs/node-loss.md)
+    heartbeat_interval_s: float = 2.0
+    heartbeat_ttl_s: float = 6.0
     #: on SIGTERM/SIGINT stop the node's sessions too (jobgate up); else leave them running
     stop_kernels_on_exit: bool = False
     stop_grace_s: float = 10.0

@@ -79,6 +79,7 @@ class KernelRun:
                 session_id=self.state.session_id,
                 node_id=self.node.node_id,
                 ts=time.time(),
+                attempt=self.state.attempt,
                 **fields,
             )
         )
@@ -127,7 +128,7 @@ class KernelRun:
 
     def _finish_unstarted(self, kind: str, message: str) -> None:
         self._event(kind, message=message)
-        self.node.store.delete(self.state.kernel_id)
+        self.node.store.delete(self.state.ref)
         self.done.set()
 
     # -- watch ------------------------------------------------------------------------
@@ -158,7 +159,7 @@ class KernelRun:
         )
         with contextlib.suppress(Exception):
             await self.node.runtime.remove(self.handle)
-        self.node.store.delete(self.state.kernel_id)
+        self.node.store.delete(self.state.ref)
         self.done.set()
 
     async def _pump(self, uploader: KernelLogUploader) -> None:

@@ -14,7 +14,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["KernelState", "StateStore"]
+__all__ = ["KernelState", "StateStore", "attempt_ref", "parse_ref"]
+
+
+def attempt_ref(kernel_id: str, attempt: int) -> str:
+    """The name of one attempt of a kernel on this node: its container, state file and
+    tombstone (attempt 1 keeps the bare kernel id, so older containers still match)."""
+    return kernel_id if attempt <= 1 else f"{kernel_id}.a{attempt}"
+
+
+def parse_ref(ref: str) -> tuple[str, int]:
+    """(kernel id, attempt) of an :func:`attempt_ref`."""
+    kernel_id, sep, number = ref.rpartition(".a")
+    if sep and number.isdigit():
+        return kernel_id, int(number)
+    return ref, 1
 
 
 @dataclass
@@ -27,6 +41,11 @@ class KernelState:
     offsets: dict[str, int] = field(default_factory=dict)
     devices: dict[str, dict[str, str]] = field(default_factory=dict)
     cpuset: list[int] | None = None
+    attempt: int = 1
+
+    @property
+    def ref(self) -> str:
+        return attempt_ref(self.kernel_id, self.attempt)
 
 
 class StateStore:
@@ -34,7 +53,9 @@ class StateStore:
 
     A start job can be delivered again after its kernel ended (queues deliver at least
     once); the tombstone makes the worker ignore it instead of running the job twice.
-    Tombstones are kept for ``TOMBSTONE_TTL_S``.
+    Tombstones are kept for ``TOMBSTONE_TTL_S``. Files and tombstones are named by the
+    attempt (:func:`attempt_ref`): a kernel placed here again after a node loss is a new
+    attempt, not a repeat.
     """
 
     TOMBSTONE_TTL_S = 7 * 24 * 3600
@@ -73,16 +94,16 @@ class StateStore:
     def save(self, state: KernelState) -> None:
         if self.directory is None:
             return
-        path = self._path(state.kernel_id)
+        path = self._path(state.ref)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(state)))
         os.replace(tmp, path)
 
-    def delete(self, kernel_id: str) -> None:
-        """Forget a kernel that ended (leaving its tombstone)."""
-        self.mark_done(kernel_id)
+    def delete(self, ref: str) -> None:
+        """Forget a kernel attempt that ended (leaving its tombstone)."""
+        self.mark_done(ref)
         if self.directory is not None:
-            self._path(kernel_id).unlink(missing_ok=True)
+            self._path(ref).unlink(missing_ok=True)
 
     def load_all(self) -> dict[str, KernelState]:
         if self.directory is None:
@@ -94,5 +115,5 @@ class StateStore:
             except (OSError, ValueError, TypeError):
                 path.unlink(missing_ok=True)
                 continue
-            out[state.kernel_id] = state
+            out[state.ref] = state
         return out

@@ -25,6 +25,7 @@ def _kernel(k: Kernel) -> KernelPublic:
         cpuset=list(cpus) if cpus is not None else None,
         ports={name: int(port) for name, port in k.ports.items()},
         exit_code=k.exit_code,
+        attempt=k.attempt or 1,  # (a transient row of a create has no defaults yet)
     )
 
 
@@ -60,6 +61,8 @@ def public(d: SessionDetails) -> SessionPublic:
         ended_at=s.ended_at,
         status_changed_at=s.status_changed_at,
         idle_timeout=s.idle_timeout_s,
+        max_retries=s.max_retries,
+        retries=s.retries or 0,
         apps=sorted(s.apps),
     )
     if d.history is not None:

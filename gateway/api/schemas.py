@@ -48,6 +48,7 @@ class KernelPublic(BaseModel):
     cpuset: list[int] | None
     ports: dict[str, int]
     exit_code: int | None
+    attempt: int = 1  # its placement: one more each time a lost node made it run again
 
 
 class SessionPublic(BaseModel):
@@ -79,6 +80,8 @@ class SessionPublic(BaseModel):
     ended_at: datetime | None
     status_changed_at: datetime
     idle_timeout: int | None
+    max_retries: int | None = None  # as asked; None: the resource group's default
+    retries: int = 0  # re-runs after lost nodes so far
     apps: list[str]
     history: list[HistoryItem] | None = None
     #: interactive sessions: when the proxy last carried traffic, and when idleness ends it

@@ -238,6 +238,12 @@ class Session(Base):
     pending_reason: Mapped[str] = mapped_column(Text, default="")
     schedule_attempts: Mapped[int] = mapped_column(Integer, default=0)
     idle_timeout_s: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: re-runs allowed after a node is lost (None: the resource group's default)
+    max_retries: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: re-runs used so far (docs/node-loss.md)
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: the node lost under its latest attempt, until the next placement names it
+    lost_node: Mapped[str | None] = mapped_column(String(128), default=None)
     #: apps it serves: name -> {"port", "protocol", "strip_prefix", "start"}
     apps: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -269,6 +275,9 @@ class Kernel(Base):
         ForeignKey("sessions.id", ondelete="CASCADE"), index=True
     )
     cluster_idx: Mapped[int] = mapped_column(Integer, default=0)
+    #: its placement: 1, then one more each time it is placed again (a node was lost);
+    #: events and registrations naming another attempt are stale (fencing)
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     #: a KernelStatus (gateway.domain.status): pending, scheduled, ... stopping, exited ...
     status: Mapped[str] = mapped_column(String(16), default="pending")
     node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id"), default=None)

@@ -62,6 +62,13 @@ class SessionCreate(Input):
         default=None, description="ISO 8601 time or a delay such as +10m (database clock)"
     )
     idle_timeout: int | None = Field(default=None, ge=60, description="seconds (interactive)")
+    max_retries: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="re-runs of a batch session after its node was lost "
+        "(default: the resource group's, docs/node-loss.md)",
+    )
 
     @field_validator("image")
     @classmethod

@@ -7,16 +7,19 @@ Sessions::
        │            └─────────────┴────────────┴──▶ TERMINATING ──▶ TERMINATED | CANCELLED
        └──▶ CANCELLED                                   (on request; CANCELLED if it never ran)
     any live status ──▶ ERROR (the platform could not run it; the reason says why)
+    SCHEDULED | PREPARING | RUNNING ──▶ PENDING (its node was lost: placed again,
+                                       docs/node-loss.md)
 
 Kernels (a session's containers)::
 
     pending ──▶ scheduled ──▶ preparing ──▶ running ──▶ stopping ──▶ exited | failed | cancelled
        ▲            │   (any live status may end at once: exited | failed | cancelled)
-       └────────────┘ (the node was lost before it started: placed again)
+       └────────────┴──────────────┘ (its node was lost: placed again, as a new attempt)
 
 Worker events can arrive out of order (a batch with "exited" may be handled before the
 one with "running"), so a live status may jump forward to any later one, never back.
-The one way back is SCHEDULED → PENDING, when a node is lost before the session started.
+The one way back is to PENDING, when the node is lost: before the session started
+(SCHEDULED), or while it ran (PREPARING, RUNNING: a batch session with retries left).
 
 This module is pure: it says which moves are allowed and what a move writes
 (:func:`moved_columns`, :func:`history_values`); ``gateway.db.transitions`` applies
@@ -69,8 +72,8 @@ _TABLE: dict[SessionStatus, frozenset[SessionStatus]] = {
         {S.PENDING, S.PREPARING, S.RUNNING, S.TERMINATING}
         | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.ERROR}
     ),
-    S.PREPARING: frozenset({S.RUNNING, S.TERMINATING, S.SUCCEEDED, S.FAILED, S.ERROR}),
-    S.RUNNING: frozenset({S.TERMINATING, S.SUCCEEDED, S.FAILED, S.ERROR}),
+    S.PREPARING: frozenset({S.PENDING, S.RUNNING, S.TERMINATING, S.SUCCEEDED, S.FAILED, S.ERROR}),
+    S.RUNNING: frozenset({S.PENDING, S.TERMINATING, S.SUCCEEDED, S.FAILED, S.ERROR}),
     S.TERMINATING: frozenset({S.TERMINATED, S.CANCELLED, S.ERROR}),
 }
 
@@ -96,8 +99,8 @@ KERNEL_ENDED = frozenset({K.EXITED, K.FAILED, K.CANCELLED})
 _KERNEL_TABLE: dict[KernelStatus, frozenset[KernelStatus]] = {
     K.PENDING: frozenset({K.SCHEDULED, K.CANCELLED}),
     K.SCHEDULED: frozenset({K.PENDING, K.PREPARING, K.RUNNING, K.STOPPING} | KERNEL_ENDED),
-    K.PREPARING: frozenset({K.RUNNING, K.STOPPING} | KERNEL_ENDED),
-    K.RUNNING: frozenset({K.STOPPING} | KERNEL_ENDED),
+    K.PREPARING: frozenset({K.PENDING, K.RUNNING, K.STOPPING} | KERNEL_ENDED),
+    K.RUNNING: frozenset({K.PENDING, K.STOPPING} | KERNEL_ENDED),
     K.STOPPING: KERNEL_ENDED,
 }
 

@@ -74,14 +74,19 @@ async def apply_plan(
         if why is not None:
             out.rejected[session.id] = why
             continue
-        for kernel_id, kp in zip(kernels.get(session.id, []), placement.kernels, strict=True):
+        attempts = kernels.get(session.id, [])
+        for (kernel_id, attempt), kp in zip(attempts, placement.kernels, strict=True):
             update_row = _kernel_columns(kernel_id, kp, now)
             kernel_updates.append(update_row)
-            outbox.starts.append(
-                (queues[kp.node_id], _job(session, kernel_id, kp.node_id, update_row))
-            )
+            job = _job(session, kernel_id, kp.node_id, update_row, attempt)
+            outbox.starts.append((queues[kp.node_id], job))
         where = ", ".join(sorted({kp.node_id for kp in placement.kernels}))
         out.placed[session.id] = f"placed on {where}"
+        if session.lost_node:  # placed again after a node loss (docs/node-loss.md)
+            attempt = max(a for _, a in attempts)
+            out.placed[session.id] = (
+                f"node {session.lost_node} lost; attempt {attempt} placed on {where}"
+            )
     out.cancelled = {sid: why for sid, why in plan.cancelled.items() if sid in sessions}
     await _write(db, out, ledgers, kernel_updates, now)
     await _record_reasons(db, plan, out, known_reasons)
@@ -107,7 +112,7 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
         return {}
     c = SESSIONS.c
     rows = await db.execute(
-        select(c.id, c.type, c.image, c.command, c.env, c.workdir, c.mounts, c.apps)
+        select(c.id, c.type, c.image, c.command, c.env, c.workdir, c.mounts, c.apps, c.lost_node)
         .where(c.id.in_(ids), c.status == S.PENDING)
         .order_by(c.id)
         .with_for_update(key_share=True)
@@ -135,20 +140,23 @@ async def _lock_nodes(db: AsyncSession, plan: Plan) -> tuple[dict[str, NodeLedge
     return ledgers, queues
 
 
-async def _kernels(db: AsyncSession, session_ids: Sequence[str]) -> dict[str, list[str]]:
+async def _kernels(
+    db: AsyncSession, session_ids: Sequence[str]
+) -> dict[str, list[tuple[str, int]]]:
+    """Each session's (kernel id, attempt), in cluster order."""
     if not session_ids:
         return {}
     c = KERNELS.c
     rows = await db.execute(
-        select(c.id, c.session_id, c.cluster_idx)
+        select(c.id, c.session_id, c.cluster_idx, c.attempt)
         .where(c.session_id.in_(session_ids))
         .order_by(c.id)
         .with_for_update(key_share=True)
     )
-    out: dict[str, list[tuple[int, str]]] = {}
-    for kernel_id, session_id, index in rows:
-        out.setdefault(session_id, []).append((index, kernel_id))
-    return {sid: [k for _, k in sorted(ks)] for sid, ks in out.items()}
+    out: dict[str, list[tuple[int, str, int]]] = {}
+    for kernel_id, session_id, index, attempt in rows:
+        out.setdefault(session_id, []).append((index, kernel_id, attempt))
+    return {sid: [(k, a) for _, k, a in sorted(ks)] for sid, ks in out.items()}
 
 
 def _reserve(placement: Placement, ledgers: dict[str, NodeLedger]) -> str | None:
@@ -194,7 +202,7 @@ async def _write(
     if out.placed:
         updates, history = bulk_transition(S.PENDING, S.SCHEDULED, out.placed, now)
         for row in updates:
-            row.update(scheduled_at=now, pending_reason="", schedule_attempts=0)
+            row.update(scheduled_at=now, pending_reason="", schedule_attempts=0, lost_node=None)
         await db.execute(_by_id(SESSIONS, updates[0]), updates)
         await db.execute(insert(HISTORY), history)
         await db.execute(_by_id(KERNELS, kernel_updates[0]), kernel_updates)
@@ -244,7 +252,9 @@ async def _record_reasons(
         )
 
 
-def _job(session: Any, kernel_id: str, node_id: str, placed: dict[str, Any]) -> StartKernel:
+def _job(
+    session: Any, kernel_id: str, node_id: str, placed: dict[str, Any], attempt: int = 1
+) -> StartKernel:
     return StartKernel(
         kernel_id=kernel_id,
         session_id=session.id,
@@ -259,10 +269,11 @@ def _job(session: Any, kernel_id: str, node_id: str, placed: dict[str, Any]) -> 
         devices=placed["devices"],
         apps=[WireApp(name=name, **info) for name, info in session.apps.items()],
         cpuset=placed["cpuset"].get("cpus") or None,
+        attempt=attempt,
     )
 
 
 def start_job(session: Session, kernel: Kernel) -> StartKernel:
     """The start job for a kernel already placed (the reconciler re-enqueues with it)."""
     placed = {"slots": kernel.slots, "devices": kernel.devices, "cpuset": kernel.cpuset}
-    return _job(session, kernel.id, kernel.node_id or "", placed)
+    return _job(session, kernel.id, kernel.node_id or "", placed, kernel.attempt)

@@ -220,6 +220,7 @@ class SessionService:
             idempotency_key=key,
             request_hash=digest,
             idle_timeout_s=body.idle_timeout,
+            max_retries=body.max_retries,
             apps=await self._registered_apps(db, body),
             pending_reason="waiting for the scheduler",
             created_at=clock(db),  # the database's clock, in the INSERT: no extra round trip

@@ -94,6 +94,9 @@ class SchedulerConfig(BaseModel):
     require_limits_enforced: bool = False
     #: the step of a share slot whose devices report no quantum
     share_quantum: Decimal = Field(default=Decimal("0.01"), gt=0)
+    #: times a batch session is placed again after its node was lost, when the session
+    #: does not say (None: the gateway's ``max_retries``; docs/node-loss.md)
+    max_retries: int | None = Field(default=None, ge=0, le=100)
 
     @field_validator("validators", "filters", "scorers", mode="before")
     @classmethod

@@ -428,14 +428,16 @@ async def test_container_of_a_session_that_ended_meanwhile_is_removed(
 ) -> None:
     """The node stays away long enough for its sessions to be given up (ERROR); when the
     worker returns, it finds the container, and the gateway has it stopped and removed."""
-    stack.settings.node_lost_timeout_s = 1.0
+    stack.settings.node_lost_after_s = 1.0
     node, env = podman_nodes.new(), podman_nodes.env()
     worker = await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
-    s = await stack.submit(image=images["busybox"], command=["sh", "-c", "echo up; sleep 300"])
+    s = await stack.submit(
+        image=images["busybox"], command=["sh", "-c", "echo up; sleep 300"], max_retries=0
+    )
     await stack.wait_output(s["id"], "up")
     await worker.kill9()
     lost = await stack.wait_status(s["id"], {"ERROR"})
-    assert lost["status_reason"] == f"node {node} stopped responding"
+    assert lost["status_reason"] == f"node {node} lost; retries spent (0 of 0)"
     label = f"jobgate.session={s['id']}"
     assert await asyncio.to_thread(podman_nodes.states, label) == ["running"]
     await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
@@ -462,3 +464,47 @@ async def test_container_of_no_known_session_is_removed_when_the_worker_starts(
         monkeypatch.setenv(name, value)
     await stack.start_worker(node, worker_runtime="podman")
     await wait_gone(podman_nodes, f"jobgate.kernel={kernel}")
+
+
+async def test_a_lost_node_s_session_runs_again_in_a_container_of_its_own(
+    stack: Stack, podman_nodes: PodmanNodes, images: dict[str, str]
+) -> None:
+    """Node loss with real containers: attempt 2 is a container named apart from attempt
+    1's, and the returning node stops attempt 1 without touching the session."""
+    stack.settings.node_lost_after_s = 1.0
+    stack.settings.retry_backoff_s = 0.5
+    first, second, env = podman_nodes.new(), podman_nodes.new(), podman_nodes.env()
+    doomed = await stack.start_worker_process(first, JOBGATE_WORKER_RUNTIME="podman", **env)
+    script = "echo up $JOBGATE_ATTEMPT; sleep 300"
+    s = await stack.submit(image=images["busybox"], command=["sh", "-c", script])
+    await stack.wait_output(s["id"], "up 1")
+    await stack.start_worker_process(second, JOBGATE_WORKER_RUNTIME="podman", **env)
+    await doomed.kill9()
+    assert await stack.wait_output(s["id"], "up 2", timeout=60) == "up 1\nup 2\n"
+    moved = await stack.get(s["id"])
+    kernel = moved["kernels"][0]["id"]
+    assert (moved["status"], moved["node"], moved["kernels"][0]["attempt"]) == (
+        "RUNNING",
+        second,
+        2,
+    )
+    label = f"jobgate.session={s['id']}"
+    found = await asyncio.to_thread(podman_nodes.containers, label)
+    assert sorted(
+        (c["Names"][0], c["Labels"]["jobgate.node"], c["State"]) for c in found
+    ) == sorted(
+        [(f"jobgate-{kernel}", first, "running"), (f"jobgate-{kernel}.a2", second, "running")]
+    )
+    await stack.start_worker_process(first, JOBGATE_WORKER_RUNTIME="podman", **env)
+    await wait_gone(podman_nodes, f"jobgate.kernel={kernel}", timeout=60)  # attempt 1 only
+    still = await stack.get(s["id"])
+    assert (still["status"], still["node"], still["history"]) == (
+        "RUNNING",
+        second,
+        moved["history"],
+    )
+    assert await asyncio.to_thread(podman_nodes.states, label) == ["running"]
+    async with stack.client() as api:
+        assert (await api.delete(f"/v1/sessions/{s['id']}")).status_code == 202
+    await stack.wait_status(s["id"], {"TERMINATED"})
+    await wait_gone(podman_nodes, label)

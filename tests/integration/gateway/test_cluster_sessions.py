@@ -67,17 +67,20 @@ async def test_a_lost_kernel_ends_its_cluster_session_and_stops_the_other(
 async def test_a_lost_node_ends_the_cluster_session_and_stops_its_kernel_elsewhere(
     stack: Stack,
 ) -> None:
-    stack.settings.node_lost_timeout_s = 1.0
+    stack.settings.node_lost_after_s = 1.0
     doomed = await stack.start_worker_process("n1", JOBGATE_WORKER_CPU="1")
     await stack.start_worker("n2", worker_cpu="1")
     session = await stack.submit(
-        command=["sleep", "300"], cluster_size=2, resources={"cpu": "1", "mem": "64m"}
+        command=["sleep", "300"],
+        cluster_size=2,
+        resources={"cpu": "1", "mem": "64m"},
+        max_retries=0,
     )
     running = await stack.wait_status(session["id"], {"RUNNING"}, timeout=30)
     assert sorted(k["node"] for k in running["kernels"]) == ["n1", "n2"]
     await doomed.kill9()
     failed = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
-    assert failed["status_reason"] == "node n1 stopped responding"
+    assert failed["status_reason"] == "node n1 lost; retries spent (0 of 0)"
     deadline = time.monotonic() + 30
     survivor: dict[str, Any] = {}
     while time.monotonic() < deadline:

@@ -20,7 +20,11 @@ from contract.keys import EVENTS_QUEUE
 from contract.messages import EventBatch, KernelEvent
 
 
-async def _silent_node_with_a_scheduled_session(stack: Stack) -> dict[str, Any]:
+async def _silent_node_with_a_scheduled_session(
+    stack: Stack, lost_after: float = 300.0
+) -> dict[str, Any]:
+    """(With *lost_after* long, the tests speak for the dead worker undisturbed.)"""
+    stack.settings.node_lost_after_s = lost_after
     worker = await stack.start_worker_process("n1")
     await worker.kill9()
     session = await stack.submit(command=["sh", "-c", "echo ran"], resources={"cpu": "1"})
@@ -36,7 +40,7 @@ async def _node(stack: Stack, node_id: str) -> dict[str, Any]:
 
 
 async def test_an_unstarted_session_on_a_silent_node_is_placed_again(stack: Stack) -> None:
-    session = await _silent_node_with_a_scheduled_session(stack)
+    session = await _silent_node_with_a_scheduled_session(stack, lost_after=1.0)
     await stack.wait_status(session["id"], {"PENDING"}, timeout=30)
     assert (await _node(stack, "n1"))["occupied"].get("cpu", "0") in ("0", "0.0")
     await stack.start_worker("n2")
@@ -49,7 +53,7 @@ async def test_an_unstarted_session_on_a_silent_node_is_placed_again(stack: Stac
 async def test_a_session_stopped_before_its_silent_node_started_it_ends_cancelled(
     stack: Stack,
 ) -> None:
-    session = await _silent_node_with_a_scheduled_session(stack)
+    session = await _silent_node_with_a_scheduled_session(stack, lost_after=1.0)
     async with stack.client() as api:
         r = await api.delete(f"/v1/sessions/{session['id']}")
         assert r.status_code == 202, r.text

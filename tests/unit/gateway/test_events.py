@@ -344,3 +344,60 @@ async def test_a_worker_registering_again_settles_its_kernels(
     assert (await rows.one(Kernel, "s1-k0")).status == kernel_after
     assert [job.kernel_id for _, job in outbox.stops] == stops
     assert await rows.cpus_taken() == ("1" if kernel_after in (K.RUNNING,) else "0")
+
+
+FENCED = [
+    pytest.param([ev("exited", 5, exit_code=0, attempt=1)], [], id="late-exit-of-attempt-1"),
+    pytest.param([ev("lost", 5, attempt=1)], [], id="late-lost-of-attempt-1"),
+    pytest.param([ev("running", 5, attempt=1)], [("n1", 1)], id="attempt-1-still-runs"),
+    pytest.param([ev("preparing", 5, attempt=1)], [("n1", 1)], id="attempt-1-late-start"),
+]
+
+
+@pytest.mark.parametrize(("events", "stops"), FENCED)
+async def test_events_of_a_superseded_attempt_are_ignored(
+    db: SessionFactory, rows: Rows, events: list[KernelEvent], stops: list[tuple[str, int]]
+) -> None:
+    """Attempt 2 runs on n2 after n1 was lost: n1's late events for attempt 1 change
+    nothing, and an attempt 1 that still runs there is stopped (that attempt only)."""
+    await rows.node("n1")
+    await rows.node("n2", kernels=1)
+    await rows.session(S.RUNNING, [(K.RUNNING, "n2")])
+    async with db() as s, s.begin():
+        kernel = await s.get(Kernel, "s1-k0")
+        assert kernel is not None
+        kernel.attempt = 2
+    outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(events=events))
+    session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
+    assert (session.status, kernel.status, kernel.node_id) == (S.RUNNING, K.RUNNING, "n2")
+    assert await rows.history() == []
+    assert await rows.cpus_taken("n2") == "1"
+    assert [(job.node_id, job.attempt) for _, job in outbox.stops] == stops
+    assert [q for q, _ in outbox.stops] == [f"jobgate:node:{n}" for n, _ in stops]
+    # the current attempt's events still count
+    done = ev("exited", 6, exit_code=0, attempt=2, node_id="n2")
+    await EventHandler(db, NO_REDIS).commit(EventBatch(events=[done]))
+    assert (await rows.one(Session, "s1")).status == S.SUCCEEDED
+
+
+async def test_a_returning_node_with_a_superseded_attempt_stops_it(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """n1 comes back still running attempt 1, which the gateway moved to n2 as attempt 2:
+    a stop job for attempt 1 on n1; the session on n2 is untouched."""
+    await rows.node("n1")
+    await rows.node("n2", kernels=1)
+    await rows.session(S.RUNNING, [(K.RUNNING, "n2")])
+    async with db() as s, s.begin():
+        kernel = await s.get(Kernel, "s1-k0")
+        assert kernel is not None
+        kernel.attempt = 2
+    info = registration().model_copy(
+        update={"kernels": [KernelReport(kernel_id="s1-k0", session_id="s1", attempt=1)]}
+    )
+    outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(node=info))
+    assert [(q, j.kernel_id, j.attempt) for q, j in outbox.stops] == [
+        ("jobgate:node:n1", "s1-k0", 1)
+    ]
+    assert (await rows.one(Session, "s1")).status == S.RUNNING
+    assert (await rows.one(Kernel, "s1-k0")).status == K.RUNNING

@@ -16,7 +16,8 @@ from sqlalchemy import select
 
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
-from gateway.db.models import Kernel, Node, Session
+from gateway.db.models import Kernel, Node, ResourceGroup, Session
+from gateway.domain.retry import backoff_s
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.outbox import Outbox
 from gateway.reconciler import Reconciler
@@ -24,7 +25,13 @@ from gateway.reconciler import Reconciler
 S = SessionStatus
 K = KernelStatus
 SETTINGS = GatewaySettings(
-    requeue_after_s=30, node_lost_timeout_s=300, stop_grace_s=7, idle_timeout_s=None
+    requeue_after_s=30,
+    node_lost_after_s=20,
+    max_retries=3,
+    retry_backoff_s=4,
+    retry_backoff_max_s=10,
+    stop_grace_s=7,
+    idle_timeout_s=None,
 )
 
 
@@ -52,6 +59,11 @@ class Case:
     stops: list[str] = field(default_factory=list)
     schedule: bool = False
     cpus_taken: str = "0"  # on n1
+    type: str = "batch"
+    max_retries: int | None = None  # the session's own (None: the gateway's, 3)
+    retries: int = 0  # used before this tick
+    reason: str | None = None  # the session's status reason afterwards
+    attempts: list[int] | None = None  # each kernel's attempt afterwards (default: all 1)
 
 
 CASES = [
@@ -102,7 +114,17 @@ CASES = [
     ),
     pytest.param(
         Case(
-            S.SCHEDULED, [(K.SCHEDULED, "n1")], set(), 60, 60, S.PENDING, [K.PENDING], schedule=True
+            S.SCHEDULED,
+            [(K.SCHEDULED, "n1")],
+            set(),
+            60,
+            60,
+            S.PENDING,
+            [K.PENDING],
+            schedule=True,
+            retries=3,  # not a retry: it never ran (but a new attempt: fencing)
+            attempts=[2],
+            reason="node n1 stopped responding before it started",
         ),
         id="node-lost-before-start-places-it-again",
     ),
@@ -133,12 +155,100 @@ CASES = [
         id="node-lost-before-start-of-a-stopping-session-cancels-it",
     ),
     pytest.param(
-        Case(S.RUNNING, [(K.RUNNING, "n1")], set(), 60, 60, S.RUNNING, [K.RUNNING], cpus_taken="1"),
-        id="running-on-a-node-silent-under-the-timeout-is-kept",
+        Case(S.RUNNING, [(K.RUNNING, "n1")], set(), 10, 60, S.RUNNING, [K.RUNNING], cpus_taken="1"),
+        id="running-on-a-node-silent-under-node-lost-after-is-kept",
     ),
     pytest.param(
-        Case(S.RUNNING, [(K.RUNNING, "n1")], set(), 400, 60, S.ERROR, [K.FAILED], schedule=True),
-        id="running-on-a-node-lost-for-good-is-error",
+        Case(
+            S.RUNNING,
+            [(K.RUNNING, "n1")],
+            set(),
+            30,
+            60,
+            S.PENDING,
+            [K.PENDING],
+            schedule=True,
+            reason="retrying after node n1 lost (retry 1 of 3) at ",
+            attempts=[2],
+        ),
+        id="batch-on-a-lost-node-is-placed-again-as-attempt-2",
+    ),
+    pytest.param(
+        Case(
+            S.PREPARING,
+            [(K.PREPARING, "n1")],
+            set(),
+            30,
+            60,
+            S.PENDING,
+            [K.PENDING],
+            schedule=True,
+            max_retries=5,
+            retries=2,
+            reason="retrying after node n1 lost (retry 3 of 5) at ",
+            attempts=[2],
+        ),
+        id="the-session-own-max-retries-wins",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [(K.RUNNING, "n1")],
+            set(),
+            30,
+            60,
+            S.ERROR,
+            [K.FAILED],
+            schedule=True,
+            type="interactive",
+            reason="node n1 lost (an interactive session is not re-run elsewhere)",
+        ),
+        id="interactive-on-a-lost-node-is-error",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [(K.RUNNING, "n1")],
+            set(),
+            30,
+            60,
+            S.ERROR,
+            [K.FAILED],
+            schedule=True,
+            retries=3,
+            reason="node n1 lost; retries spent (3 of 3)",
+        ),
+        id="retries-spent-is-error-naming-the-node",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [(K.RUNNING, "n1")],
+            set(),
+            30,
+            60,
+            S.ERROR,
+            [K.FAILED],
+            schedule=True,
+            max_retries=0,
+            reason="node n1 lost; retries spent (0 of 0)",
+        ),
+        id="max-retries-0-is-never-retried",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [(K.RUNNING, "n1"), (K.RUNNING, "n2")],
+            {"n2"},
+            400,
+            5,
+            S.PENDING,
+            [K.PENDING, K.PENDING],
+            stops=["s1-k1"],
+            schedule=True,
+            attempts=[2, 2],
+        ),
+        id="cluster-on-a-lost-node-is-placed-again-whole",
     ),
     pytest.param(
         Case(
@@ -151,8 +261,9 @@ CASES = [
             [K.FAILED, K.STOPPING],
             stops=["s1-k1"],
             schedule=True,
+            max_retries=0,
         ),
-        id="cluster-kernel-on-a-lost-node-stops-the-rest",
+        id="cluster-kernel-on-a-lost-node-without-retries-stops-the-rest",
     ),
 ]
 
@@ -162,10 +273,24 @@ async def test_reconciler_decisions(db: SessionFactory, rows: Rows, case: Case) 
     on_n1 = sum(1 for _, node in case.kernels if node == "n1")
     await rows.node("n1", kernels=on_n1, last_seen=ago(case.last_seen))
     await rows.node("n2", kernels=len(case.kernels) - on_n1)
-    ids = await rows.session(case.session, case.kernels, updated=ago(case.updated))
+    ids = await rows.session(
+        case.session,
+        case.kernels,
+        updated=ago(case.updated),
+        type=case.type,
+        max_retries=case.max_retries,
+        retries=case.retries,
+    )
     outbox = await tick(db, case.alive)
-    assert (await rows.one(Session, "s1")).status == case.status
-    assert [(await rows.one(Kernel, k)).status for k in ids] == case.kernel_status
+    session = await rows.one(Session, "s1")
+    assert session.status == case.status
+    if case.reason is not None:
+        assert session.status_reason.startswith(case.reason)
+    kernels = [await rows.one(Kernel, k) for k in ids]
+    assert [k.status for k in kernels] == case.kernel_status
+    assert [k.attempt for k in kernels] == (case.attempts or [1] * len(ids))
+    # the old attempts still on live nodes are stopped by attempt (fencing)
+    assert all(job.attempt == 1 for _, job in outbox.stops)
     assert [job.kernel_id for _, job in outbox.restarts] == case.restarts
     assert [job.kernel_id for _, job in outbox.stops] == case.stops
     assert outbox.schedule == ({"default"} if case.schedule else set())
@@ -188,6 +313,39 @@ IDLE = [
     pytest.param(120, 600, 300, S.TERMINATING, id="old-traffic"),
     pytest.param(120, 60, None, S.RUNNING, id="started-recently"),
 ]
+
+
+async def test_a_retry_waits_its_backoff_and_the_group_default_applies(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """Retry n waits retry_backoff_s * 2**(n-1), capped; a group's max_retries is the
+    default of its sessions."""
+    await rows.add(ResourceGroup(name="default", scheduler={"max_retries": 1}))
+    await rows.node("n1", kernels=1, last_seen=ago(60))
+    await rows.session(S.RUNNING, [(K.RUNNING, "n1")], retries=0)
+    await tick(db, set())
+    session = await rows.one(Session, "s1")
+    assert session.status == S.PENDING
+    assert session.status_reason.startswith("retrying after node n1 lost (retry 1 of 1) at ")
+    assert session.starts_at is not None
+    wait = (session.starts_at - session.status_changed_at).total_seconds()
+    assert wait == pytest.approx(4.0)
+    assert await rows.history() == ["PENDING"]
+    assert backoff_s(3, 4, 10) == 10.0  # 16 s capped at 10
+    # placed on n1 again, lost again: its group allows one retry, now spent
+    async with db() as s, s.begin():
+        k = await s.get(Kernel, "s1-k0")
+        row = await s.get(Session, "s1")
+        assert k is not None
+        assert row is not None
+        k.status, k.node_id, k.released = K.RUNNING, "n1", True
+        row.status = S.RUNNING
+    await tick(db, set())
+    session = await rows.one(Session, "s1")
+    assert (session.status, session.status_reason) == (
+        S.ERROR,
+        "node n1 lost; retries spent (1 of 1)",
+    )
 
 
 @pytest.mark.parametrize(("timeout", "started", "traffic", "status"), IDLE)

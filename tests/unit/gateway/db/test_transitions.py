@@ -15,10 +15,10 @@ NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 
 
 def test_a_forbidden_move_changes_nothing() -> None:
-    session = Session(id="s", status=S.RUNNING, started_at=None)
+    session = Session(id="s", status=S.TERMINATING, started_at=None)
     with pytest.raises(InvalidTransition):
         transition(session, S.PENDING, "why", NOW)
-    assert session.status == S.RUNNING
+    assert session.status == S.TERMINATING
 
 
 def test_transition_records_history_and_timestamps() -> None:
@@ -54,4 +54,4 @@ def test_bulk_transition_gives_executemany_rows() -> None:
         ("b", "PENDING", "CANCELLED"),
     ]
     with pytest.raises(InvalidTransition):
-        bulk_transition(S.RUNNING, S.PENDING, {"a": "x"}, NOW)
+        bulk_transition(S.TERMINATING, S.PENDING, {"a": "x"}, NOW)

@@ -42,16 +42,18 @@ ALLOWED = [
     (S.SCHEDULED, S.RUNNING),
     (S.SCHEDULED, S.SUCCEEDED),
     (S.PREPARING, S.FAILED),
+    # its node was lost: placed again (a batch session with retries left)
+    (S.RUNNING, S.PENDING),
+    (S.PREPARING, S.PENDING),
 ]
 FORBIDDEN = [
-    (S.RUNNING, S.PENDING),
+    (S.TERMINATING, S.PENDING),
     (S.RUNNING, S.SCHEDULED),
     (S.RUNNING, S.CANCELLED),
     (S.PENDING, S.RUNNING),
     (S.PENDING, S.SUCCEEDED),
     (S.TERMINATING, S.RUNNING),
     (S.TERMINATING, S.SUCCEEDED),
-    (S.PREPARING, S.PENDING),
 ] + [(t, other) for t in TERMINAL for other in S]
 
 
@@ -87,6 +89,7 @@ KERNEL_ALLOWED = [
     pytest.param(K.PENDING, K.SCHEDULED, id="placed"),
     pytest.param(K.PENDING, K.CANCELLED, id="cancelled-unplaced"),
     pytest.param(K.SCHEDULED, K.PENDING, id="node-lost-before-start"),
+    pytest.param(K.RUNNING, K.PENDING, id="node-lost-placed-again"),
     pytest.param(K.SCHEDULED, K.PREPARING, id="preparing"),
     pytest.param(K.SCHEDULED, K.RUNNING, id="running-before-preparing-arrives"),
     pytest.param(K.PREPARING, K.RUNNING, id="running"),
@@ -102,6 +105,7 @@ KERNEL_FORBIDDEN = [
     pytest.param(K.STOPPING, K.RUNNING, id="late-running-after-stop"),
     pytest.param(K.RUNNING, K.PREPARING, id="late-preparing"),
     pytest.param(K.RUNNING, K.SCHEDULED, id="backwards"),
+    pytest.param(K.STOPPING, K.PENDING, id="stopping-is-never-placed-again"),
     pytest.param(K.PENDING, K.RUNNING, id="unplaced-running"),
     pytest.param(K.RUNNING, K.RUNNING, id="same"),
     *[pytest.param(end, other, id=f"{end}-{other}") for end in KERNEL_ENDED for other in K],

@@ -1,0 +1,60 @@
+"""What happens to a session whose node was lost (pure; the reconciler applies it).
+
+::
+
+    nothing started yet (SCHEDULED)     ─▶ PLACE_AGAIN  (free: it never ran)
+    asked to stop (TERMINATING)         ─▶ CANCEL if nothing started, else ERROR
+    interactive, running                ─▶ ERROR        (its state is gone with the node)
+    batch, running, retries left        ─▶ RETRY        (PENDING after a backoff)
+    batch, running, retries spent       ─▶ ERROR        (naming the node)
+
+Every placement after the first is a new attempt of the kernel (``kernels.attempt``):
+the node's late events for the old one are ignored and the old one is stopped if it
+comes back (docs/node-loss.md). The anchors are Nomad's reschedule policy (attempts,
+exponential delay with a ceiling) and Slurm's requeue.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["Outcome", "backoff_s", "decide", "error_reason", "max_retries_for"]
+
+
+class Outcome(StrEnum):
+    PLACE_AGAIN = "place-again"
+    RETRY = "retry"
+    CANCEL = "cancel"
+    ERROR = "error"
+
+
+def decide(
+    session_type: str, status: str, started: bool, retries: int, max_retries: int
+) -> Outcome:
+    """What to do with a live session one of whose kernels was on a lost node."""
+    if status == "TERMINATING":
+        return Outcome.ERROR if started else Outcome.CANCEL
+    if not started:
+        return Outcome.PLACE_AGAIN
+    if session_type != "batch" or retries >= max_retries:
+        return Outcome.ERROR
+    return Outcome.RETRY
+
+
+def max_retries_for(session: int | None, group: int | None, default: int) -> int:
+    """The session's own limit, else its resource group's, else the gateway's."""
+    for value in (session, group):
+        if value is not None:
+            return value
+    return default
+
+
+def backoff_s(retry: int, base: float, cap: float) -> float:
+    """The wait before retry number *retry* (1, 2, ...): ``base * 2**(retry - 1)``, capped."""
+    return float(min(cap, base * 2 ** max(0, retry - 1)))
+
+
+def error_reason(node_id: str, session_type: str, retries: int, max_retries: int) -> str:
+    if session_type != "batch":
+        return f"node {node_id} lost (an interactive session is not re-run elsewhere)"
+    return f"node {node_id} lost; retries spent ({retries} of {max_retries})"
