@@ -56,6 +56,7 @@ from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
 from workers.state import KernelState, StateStore
+from workers.workdir import BlobClient, WorkdirCache
 
 __all__ = ["Agent", "NodeAgent"]
 
@@ -175,7 +176,7 @@ class NodeAgent:
             except ReservationError as exc:
                 run.refuse(f"cannot reserve its devices: {exc}")
                 return
-            await run.launch(spec, functools.partial(self._with_apps, job))
+            await run.launch(spec, functools.partial(self._refine, job))
         finally:
             self.kernels.pop(job.kernel_id, None)
 
@@ -196,6 +197,19 @@ class NodeAgent:
             reservation=self._reserve(job),
             cpuset=job.cpuset,
         )
+
+    async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
+        """After the image is here: the working directory, then the apps."""
+        spec = await self._working_dir(job, spec)
+        return await self._with_apps(job, spec)
+
+    async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
+        """The kernel's own copy of the session's working tree (sim nodes ignore it)."""
+        workdirs = self.services.workdirs
+        if job.working_dir is None or workdirs is None or self.runtime.name == "sim":
+            return spec
+        path = await workdirs.checkout(job.working_dir, job.kernel_id)
+        return dataclasses.replace(spec, working_dir=path)
 
     async def _with_apps(
         self, job: StartKernel, spec: KernelSpec
@@ -271,6 +285,7 @@ class Agent:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self.nodes: dict[str, NodeAgent] = {}
+        self.workdirs: WorkdirCache | None = None
 
     async def run(self, stop: asyncio.Event, on_ready: Callable[[], None] | None = None) -> None:
         s = self.settings
@@ -305,6 +320,8 @@ class Agent:
             await asyncio.gather(beat, return_exceptions=True)
             await reporter.close()
             await logs.close()
+            if self.workdirs is not None:
+                await self.workdirs.close()
             for node in self.nodes.values():
                 for task in node.tasks:
                     task.cancel()  # containers live on; a restarted worker re-attaches
@@ -328,10 +345,20 @@ class Agent:
             ids = [s.node_id]
             runtime_name = s.worker_runtime
             store_dir = s.state_dir / "kernels"
+        # working directories: one cache per worker process (sim hosts have none)
+        workdirs = None
+        if s.sim_nodes <= 0:
+            workdirs = WorkdirCache(
+                s.state_dir / "workdirs",
+                BlobClient(s.gateway_url, s.node_token.get_secret_value()),
+            )
+        self.workdirs = workdirs
         for node_id in ids:
             context = RuntimeContext(node_id=node_id, state_dir=s.state_dir)
             runtime = build_runtime(runtime_name, context)
-            services = NodeServices(node_id, runtime, reporter, logs, StateStore(store_dir))
+            services = NodeServices(
+                node_id, runtime, reporter, logs, StateStore(store_dir), workdirs
+            )
             self.nodes[node_id] = NodeAgent(
                 node_id, queue, runtime, services, s, capacity, accelerators
             )

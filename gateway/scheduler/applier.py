@@ -107,7 +107,7 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
         return {}
     c = SESSIONS.c
     rows = await db.execute(
-        select(c.id, c.type, c.image, c.command, c.env, c.workdir, c.mounts, c.apps)
+        select(c.id, c.type, c.image, c.command, c.env, c.workdir, c.working_dir, c.mounts, c.apps)
         .where(c.id.in_(ids), c.status == S.PENDING)
         .order_by(c.id)
         .with_for_update(key_share=True)
@@ -254,6 +254,7 @@ def _job(session: Any, kernel_id: str, node_id: str, placed: dict[str, Any]) -> 
         image=session.image,
         env=dict(session.env),
         workdir=session.workdir,
+        working_dir=session.working_dir,
         resources=dict(placed["slots"]),
         mounts=[WireMount(**m) for m in session.mounts.get("items", [])],
         devices=placed["devices"],

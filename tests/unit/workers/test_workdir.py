@@ -1,0 +1,156 @@
+"""The worker's side of working directories: verified fetches, one download per digest,
+a fresh copy per kernel, and tarballs that try to escape refused."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from jobgate.workdir import pack
+from plugins.runtimes.base import RuntimeFailure
+from workers.workdir import BlobClient, UnsafeArchive, WorkdirCache, safe_extract
+
+
+def make_tar(path: Path, add: Callable[[tarfile.TarFile], None]) -> Path:
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        add(tar)
+    return path
+
+
+def member(
+    name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", link: str = ""
+) -> tuple[tarfile.TarInfo, io.BytesIO | None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    return info, io.BytesIO(data) if kind == tarfile.REGTYPE else None
+
+
+def hostile(tmp_path: Path, *members: tuple[tarfile.TarInfo, io.BytesIO | None]) -> Path:
+    def add(tar: tarfile.TarFile) -> None:
+        for info, data in members:
+            tar.addfile(info, data)
+
+    return make_tar(tmp_path / "hostile.tar", add)
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([member("/etc/cron.d/x", data=b"evil")], "unsafe path: '/etc/cron.d/x'"),
+        ([member("../../outside", data=b"evil")], "unsafe path: '../../outside'"),
+        ([member("a/../../outside", data=b"evil")], "unsafe path"),
+        ([member("up", tarfile.SYMTYPE, link="../..")], "link leaving it: 'up' -> '../..'"),
+        ([member("abs", tarfile.SYMTYPE, link="/etc")], "link leaving it: 'abs' -> '/etc'"),
+        ([member("h", tarfile.LNKTYPE, link="/etc/passwd")], "hard link"),
+        ([member("null", tarfile.CHRTYPE)], "device or fifo: 'null'"),
+        ([member("disk", tarfile.BLKTYPE)], "device or fifo"),
+        ([member("pipe", tarfile.FIFOTYPE)], "device or fifo"),
+        # a link to the root, then a link through it that lexically stays inside
+        (
+            [
+                member("a", tarfile.DIRTYPE),
+                member("a/b", tarfile.SYMTYPE, link=".."),
+                member("a/b/c", tarfile.SYMTYPE, link=".."),
+            ],
+            "cannot unpack 'a/b/c'|writes through a link",
+        ),
+        # a link to a directory, then a file written through it
+        (
+            [member("d", tarfile.SYMTYPE, link="."), member("d/x", data=b"ok inside")],
+            None,
+        ),
+    ],
+)
+def test_hostile_tarballs_are_refused(
+    tmp_path: Path, members: list[tuple[tarfile.TarInfo, io.BytesIO | None]], message: str | None
+) -> None:
+    archive = hostile(tmp_path, *members)
+    target = tmp_path / "out" / "k1"
+    if message is None:
+        safe_extract(archive, target)
+        assert (target / "x").read_bytes() == b"ok inside"
+        return
+    with pytest.raises(UnsafeArchive, match=message):
+        safe_extract(archive, target)
+    outside = [p for p in tmp_path.rglob("*") if p.name in ("outside", "c", "x")]
+    assert outside == []
+
+
+class ServedBlobs(BlobClient):
+    """The gateway's GET /v1/blobs, from a dict (the HTTP path is tested end to end)."""
+
+    def __init__(self, blobs: dict[str, bytes]) -> None:
+        super().__init__("http://127.0.0.1:9", "token")
+        self.blobs = blobs
+
+    async def download(self, digest: str, target: Path) -> str:
+        await asyncio.sleep(0.01)  # let concurrent starts pile up on the lock
+        data = self.blobs[digest]
+        target.write_bytes(data)
+        self.downloads += 1
+        return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[str, bytes]:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text("print(open('data.csv').read())\n")
+    (root / "data.csv").write_text("1,2\n")
+    packed = pack(root)
+    data = packed.path.read_bytes()
+    packed.close()
+    return packed.digest, data
+
+
+async def test_concurrent_starts_fetch_once_and_each_kernel_gets_its_own_copy(
+    tmp_path: Path, project: tuple[str, bytes]
+) -> None:
+    digest, data = project
+    client = ServedBlobs({digest: data})
+    cache = WorkdirCache(tmp_path / "wd", client)
+    dirs = await asyncio.gather(*(cache.checkout(digest, f"k{i}") for i in range(5)))
+    assert client.downloads == 1
+    assert len(set(dirs)) == 5
+    (dirs[0] / "data.csv").write_text("changed by job 0\n")
+    (dirs[0] / "train.py").unlink()
+    assert (dirs[1] / "data.csv").read_text() == "1,2\n"  # one job's writes stay its own
+    again = await cache.checkout(digest, "k9")  # cached: no download, intact
+    assert client.downloads == 1
+    assert (again / "data.csv").read_text() == "1,2\n"
+    assert hashlib.sha256(cache.blob(digest).read_bytes()).hexdigest() == digest[7:]
+    cache.release_now("k0")
+    assert not dirs[0].exists()
+    await cache.close()
+
+
+async def test_a_damaged_download_never_becomes_a_working_directory(
+    tmp_path: Path, project: tuple[str, bytes]
+) -> None:
+    digest, data = project
+    client = ServedBlobs({digest: data[:-512] + b"x" * 512})
+    cache = WorkdirCache(tmp_path / "wd", client)
+    with pytest.raises(RuntimeFailure, match=f"{digest} arrived damaged"):
+        await cache.checkout(digest, "k1")
+    assert not cache.blob(digest).exists()
+    assert list(cache.blob(digest).parent.iterdir()) == []  # no partial file left
+    assert not cache.kernel_dir("k1").exists()
+    client.blobs[digest] = data  # a good copy later: fetched and used
+    path = await cache.checkout(digest, "k1")
+    assert (path / "data.csv").read_text() == "1,2\n"
+    await cache.close()
+
+
+async def test_not_a_digest_is_refused(tmp_path: Path) -> None:
+    cache = WorkdirCache(tmp_path / "wd", ServedBlobs({}))
+    with pytest.raises(RuntimeFailure, match="not a blob digest"):
+        await cache.fetch("sha256:../../etc")
+    await cache.close()
