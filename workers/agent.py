@@ -349,7 +349,7 @@ class Agent:
         workdirs = None
         if s.sim_nodes <= 0:
             workdirs = WorkdirCache(
-                s.state_dir / "workdirs",
+                s.effective_workdir_root,
                 BlobClient(s.gateway_url, s.node_token.get_secret_value()),
             )
         self.workdirs = workdirs
