@@ -151,6 +151,7 @@ class NodeAgent:
             )
             run._event(kind, message=message)
             self.services.store.delete(state.kernel_id)
+            run._release_working_dir()
 
     async def _watch(self, run: KernelRun) -> None:
         try:
