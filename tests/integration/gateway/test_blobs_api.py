@@ -3,7 +3,10 @@ that fetched it with its node token."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import io
+import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -59,6 +62,20 @@ async def test_blob_routes_and_a_session_that_runs_in_its_working_dir(
     assert session["working_dir"] == digest
     await stack.wait_status(session["id"], {"SUCCEEDED"})
     assert await stack.logs(session["id"]) == "data 4,5,6\n"
+
+    # the gateway stores any bytes; the node refuses to unpack a tar that escapes
+    hostile = io.BytesIO()
+    with tarfile.open(fileobj=hostile, mode="w") as tar:
+        entry = tarfile.TarInfo("../../escaped.txt")
+        entry.size = 4
+        tar.addfile(entry, io.BytesIO(b"evil"))
+    evil = digest_of(hostile.getvalue())
+    async with stack.client() as api:
+        assert (await api.put(f"/v1/blobs/{evil}", content=hostile.getvalue())).status_code == 201
+    bad = await stack.submit(command=["true"], working_dir=evil)
+    ended = await stack.wait_status(bad["id"], {"ERROR"})
+    assert "unsafe path: '../../escaped.txt'" in ended["status_reason"]
+    assert not await asyncio.to_thread(lambda: list(tmp_path.rglob("escaped.txt")))
 
 
 async def test_uploads_over_the_limit_are_413(stack: Stack) -> None:

@@ -9,11 +9,19 @@ import io
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from contract.messages import StartKernel
 from jobgate.workdir import pack
-from plugins.runtimes.base import RuntimeFailure
+from plugins.resources import ResourceSlots
+from plugins.runtimes.base import RuntimeContext, RuntimeFailure
+from plugins.runtimes.sim import SimRuntime, SimSettings
+from workers.agent import NodeAgent
+from workers.config import WorkerSettings
+from workers.kernel import NodeServices
+from workers.state import StateStore
 from workers.workdir import BlobClient, UnsafeArchive, WorkdirCache, safe_extract
 
 
@@ -153,4 +161,39 @@ async def test_not_a_digest_is_refused(tmp_path: Path) -> None:
     cache = WorkdirCache(tmp_path / "wd", ServedBlobs({}))
     with pytest.raises(RuntimeFailure, match="not a blob digest"):
         await cache.fetch("sha256:../../etc")
+    await cache.close()
+
+
+class Unreachable(BlobClient):
+    def __init__(self) -> None:
+        super().__init__("http://127.0.0.1:9", "token")
+
+    async def download(self, digest: str, target: Path) -> str:
+        raise AssertionError("a sim node must not fetch working directories")
+
+
+async def test_a_sim_node_accepts_a_working_dir_and_ignores_it(tmp_path: Path) -> None:
+    runtime = SimRuntime(SimSettings(), RuntimeContext("n1", tmp_path))
+    cache = WorkdirCache(tmp_path / "wd", Unreachable())
+    services: Any = NodeServices("n1", runtime, None, None, StateStore(None), cache)
+    agent = NodeAgent(
+        "n1",
+        "q",
+        runtime,
+        services,
+        WorkerSettings(node_id="n1", data_dir=tmp_path),
+        ResourceSlots(),
+    )
+    job = StartKernel(
+        kernel_id="k1",
+        session_id="s1",
+        node_id="n1",
+        session_type="batch",
+        command=["python3", "train.py"],
+        working_dir="sha256:" + "a" * 64,
+    )
+    spec, apps = await agent._refine(job, agent.spec(job))
+    assert spec.working_dir is None
+    assert apps == []
+    assert not (tmp_path / "wd").exists()
     await cache.close()
