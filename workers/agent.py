@@ -352,6 +352,7 @@ class Agent:
             workdirs = WorkdirCache(
                 s.effective_workdir_root,
                 BlobClient(s.gateway_url, s.node_token.get_secret_value()),
+                s.workdir_cache_bytes,
             )
         self.workdirs = workdirs
         for node_id in ids:

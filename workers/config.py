@@ -54,6 +54,8 @@ class WorkerSettings(BaseSettings):
     #: where working directories are cached and unpacked (default: the node's state dir);
     #: a rootless Podman user other than the worker's must be able to reach it
     workdir_root: Path | None = None
+    #: the node's cache of working-directory tars is pruned (least recently used) to this
+    workdir_cache_bytes: int = Field(default=10 * 1024**3, ge=0)
     #: a sim host: this many simulated nodes in one process (node ids <node_id>-0000 ...)
     sim_nodes: int = 0
 

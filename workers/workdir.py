@@ -12,6 +12,8 @@ reach it: every kernel unpacks its own copy (a copy costs one extraction of at m
 ``max_working_dir`` bytes; an overlay mount would need privileges a rootless node lacks).
 Starts of the same digest share one download (a lock per digest); the digest is checked
 again here, so a damaged transfer or a lying server never becomes a working directory.
+The cache keeps at most ``workdir_cache_bytes``: after each download the least recently
+used tars go (never one a start is unpacking).
 
 Extraction refuses anything that could write outside the kernel's directory or create
 something other than plain files, directories and in-tree symbolic links: absolute
@@ -38,6 +40,7 @@ from plugins.runtimes.base import RuntimeFailure
 __all__ = ["BlobClient", "UnsafeArchive", "WorkdirCache", "safe_extract"]
 
 CHUNK = 1024 * 1024
+DEFAULT_CACHE_BYTES = 10 * 1024**3
 
 
 class UnsafeArchive(RuntimeFailure):
@@ -78,10 +81,16 @@ class BlobClient:
 
 
 class WorkdirCache:
-    def __init__(self, root: Path, client: BlobClient) -> None:
+    def __init__(
+        self, root: Path, client: BlobClient, max_cache_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
         self.root = root
         self.client = client
+        self.max_cache_bytes = max_cache_bytes
         self._locks: dict[str, asyncio.Lock] = {}
+        self._busy: dict[str, int] = {}  # digest -> checkouts using its tar right now
+        self._used: dict[str, int] = {}  # digest -> when this process last used it (a count)
+        self._clock = 0
 
     def blob(self, digest: str) -> Path:
         return self.root / "cache" / "sha256" / digest.removeprefix("sha256:")
@@ -95,6 +104,8 @@ class WorkdirCache:
             raise RuntimeFailure(f"not a blob digest: {digest!r}")
         final = self.blob(digest)
         lock = self._locks.setdefault(digest, asyncio.Lock())
+        self._clock += 1
+        self._used[digest] = self._clock  # recently used: pruned last
         async with lock:
             if final.is_file():
                 return final
@@ -114,13 +125,47 @@ class WorkdirCache:
                 os.replace(tmp, final)
             finally:
                 tmp.unlink(missing_ok=True)
+        await asyncio.to_thread(self.prune, digest)
         return final
+
+    def prune(self, keep: str = "") -> list[str]:
+        """Delete the least recently used tars while the cache is over its size.
+
+        Never the one just fetched (*keep*) nor one a checkout is unpacking. Returns the
+        digests removed; a later start of one of them downloads it again.
+        """
+        folder = self.root / "cache" / "sha256"
+        entries = []
+        for entry in os.scandir(folder):
+            if entry.name.startswith("."):
+                continue
+            info = entry.stat()
+            digest = f"sha256:{entry.name}"
+            # tars from before this process started first (oldest file first), then by use
+            entries.append(((self._used.get(digest, 0), info.st_mtime), digest, info.st_size))
+        total = sum(size for _, _, size in entries)
+        removed = []
+        for _, digest, size in sorted(entries):
+            if total <= self.max_cache_bytes:
+                break
+            if digest == keep or self._busy.get(digest):
+                continue
+            self.blob(digest).unlink(missing_ok=True)
+            total -= size
+            removed.append(digest)
+        return removed
 
     async def checkout(self, digest: str, kernel_id: str) -> Path:
         """A fresh copy of the tree for one kernel (replacing a half-made earlier one)."""
-        tar_path = await self.fetch(digest)
-        target = self.kernel_dir(kernel_id)
-        await asyncio.to_thread(_fresh_extract, tar_path, target)
+        self._busy[digest] = self._busy.get(digest, 0) + 1
+        try:
+            tar_path = await self.fetch(digest)
+            target = self.kernel_dir(kernel_id)
+            await asyncio.to_thread(_fresh_extract, tar_path, target)
+        finally:
+            self._busy[digest] -= 1
+            if not self._busy[digest]:
+                del self._busy[digest]
         return target
 
     def release_now(self, kernel_id: str) -> None:

@@ -197,3 +197,30 @@ async def test_a_sim_node_accepts_a_working_dir_and_ignores_it(tmp_path: Path) -
     assert apps == []
     assert not (tmp_path / "wd").exists()
     await cache.close()
+
+
+async def test_the_cache_drops_the_least_recently_used_tars(tmp_path: Path) -> None:
+    blobs = {}
+    for name in ("a", "b", "c"):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "f").write_text(name * 3000)
+        packed = pack(root)
+        blobs[name] = (packed.digest, packed.path.read_bytes())
+        packed.close()
+    size = len(blobs["a"][1])
+    client = ServedBlobs(dict(blobs.values()))
+    cache = WorkdirCache(tmp_path / "wd", client, max_cache_bytes=2 * size)
+    a, b, c = (blobs[n][0] for n in "abc")
+    await cache.checkout(a, "k1")
+    await cache.checkout(b, "k2")
+    await cache.checkout(a, "k3")  # a used again: b is now the oldest
+    await cache.checkout(c, "k4")
+    assert cache.blob(a).exists()
+    assert not cache.blob(b).exists()
+    assert cache.blob(c).exists()
+    assert client.downloads == 3
+    await cache.checkout(b, "k5")  # fetched again, and a (older than c) goes
+    assert client.downloads == 4
+    assert not cache.blob(a).exists()
+    await cache.close()
