@@ -41,7 +41,7 @@ from gateway.consumer import events_worker
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.events import EventHandler
 from gateway.queue import connect
-from gateway.services.blobs import BlobStore
+from gateway.services.blobs import BlobStore, blob_gc_loop
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 from gateway.state import AppState
@@ -78,9 +78,17 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             handler = EventHandler(db, pool)
             consumer = events_worker(settings.redis_url, handler, handle_signals=False)
             task = asyncio.create_task(consumer.async_run())
+        gc = None
+        if settings.blob_gc_interval_s:
+            gc = asyncio.create_task(
+                blob_gc_loop(blob_store, db, settings.blob_gc_interval_s, settings.blob_gc_grace_s)
+            )
         try:
             yield
         finally:
+            if gc is not None:
+                gc.cancel()
+                await asyncio.gather(gc, return_exceptions=True)
             if task is not None and consumer is not None:
                 await queue.stop(consumer, task)
             await pool.aclose()

@@ -76,6 +76,9 @@ class GatewaySettings(BaseSettings):
     max_blob_bytes: int = 256 * 1024 * 1024
     #: an unreferenced blob younger than this is kept (an upload racing its submit)
     blob_gc_grace_s: float = 3600.0
+    #: each gateway process collects unreferenced blobs this often (0: only
+    #: `jobgate admin blobs gc`); several gateways doing it at once is harmless
+    blob_gc_interval_s: float = 3600.0
 
     # -- nodes and scheduling ---------------------------------------------------------
     #: refuse nodes that cannot enforce cpu/mem limits for sessions that ask for them

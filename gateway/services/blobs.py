@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import time
 import uuid
@@ -33,7 +34,18 @@ from gateway.db.models import Session
 from gateway.domain.errors import Invalid
 from gateway.domain.status import TERMINAL
 
-__all__ = ["BlobStore", "BlobTooLarge", "StoredBlob", "collect_garbage", "collectable"]
+__all__ = [
+    "BlobStore",
+    "BlobTooLarge",
+    "StoredBlob",
+    "blob_gc_loop",
+    "collect_garbage",
+    "collectable",
+]
+
+log = logging.getLogger(__name__)
+#: an upload in tmp/ not written to for this long was abandoned (whatever the GC grace)
+STALLED_UPLOAD_S = 3600.0
 
 
 class BlobTooLarge(Invalid):
@@ -127,13 +139,13 @@ class BlobStore:
             found.append(StoredBlob(digest, info.st_size, info.st_mtime))
         return found
 
-    def remove_stale_uploads(self, now: float, grace_s: float) -> int:
-        """Uploads in flight whose client vanished (a killed gateway leaves them)."""
+    def remove_stale_uploads(self, now: float, idle_s: float) -> int:
+        """Uploads not written to for *idle_s*: their client or gateway went away."""
         removed = 0
         folder = self.root / "tmp"
         if folder.is_dir():
             for entry in os.scandir(folder):
-                if now - entry.stat().st_mtime > grace_s:
+                if now - entry.stat().st_mtime > idle_s:
                     Path(entry.path).unlink(missing_ok=True)
                     removed += 1
         return removed
@@ -171,5 +183,20 @@ async def collect_garbage(
             continue
         path.unlink(missing_ok=True)
         deleted.append(digest)
-    store.remove_stale_uploads(when, grace_s)
+    store.remove_stale_uploads(when, max(grace_s, STALLED_UPLOAD_S))
     return deleted
+
+
+async def blob_gc_loop(
+    store: BlobStore, db: SessionFactory, interval_s: float, grace_s: float
+) -> None:
+    """The gateway's own collection, every *interval_s* until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            deleted = await collect_garbage(store, db, grace_s)
+        except Exception:
+            log.exception("blob garbage collection failed; trying again next interval")
+            continue
+        if deleted:
+            log.info("deleted %d unreferenced blob(s)", len(deleted))

@@ -95,3 +95,19 @@ async def test_uploads_over_the_limit_are_413(stack: Stack) -> None:
         streamed = await api.put(f"/v1/blobs/{digest_of(data)}", content=stream())
         assert streamed.status_code == 413
         assert (await api.head(f"/v1/blobs/{digest_of(data)}")).status_code == 404
+
+
+async def test_the_gateway_collects_unreferenced_blobs_by_itself(stack: Stack) -> None:
+    await stack.stop_gateway()
+    stack.settings.blob_gc_interval_s = 0.2
+    stack.settings.blob_gc_grace_s = 0.0
+    await stack.start_gateway()
+    data = b"a tree nobody submitted"
+    async with stack.client() as api:
+        assert (await api.put(f"/v1/blobs/{digest_of(data)}", content=data)).status_code == 201
+        for _ in range(300):  # bounded: the loop runs every 0.2 s
+            if (await api.head(f"/v1/blobs/{digest_of(data)}")).status_code == 404:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the unreferenced blob was never collected")

@@ -125,3 +125,17 @@ async def test_gc_spares_a_blob_asked_about_after_it_was_listed(
     assert store.exists(digest, touch=True)  # HEAD (or a submit) refreshes it
     assert await collect_garbage(store, db, grace_s=HOUR) == []
     assert store.exists(digest)
+
+
+async def test_gc_removes_abandoned_uploads_but_not_ones_in_flight(
+    tmp_path: Path, db: SessionFactory
+) -> None:
+    store = BlobStore(tmp_path, max_bytes=1024)
+    uploads = tmp_path / "blobs" / "tmp"
+    uploads.mkdir(parents=True)
+    (uploads / "abandoned").write_bytes(b"half")
+    (uploads / "in-flight").write_bytes(b"half")
+    old = time.time() - 2 * HOUR
+    os.utime(uploads / "abandoned", (old, old))
+    await collect_garbage(store, db, grace_s=0.0)  # even with no grace for blobs
+    assert sorted(p.name for p in uploads.iterdir()) == ["in-flight"]
