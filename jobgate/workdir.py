@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "IGNORE_FILES",
     "Packed",
+    "Sent",
     "WorkdirError",
     "format_size",
     "max_bytes_from_env",
@@ -242,8 +243,16 @@ def max_bytes_from_env() -> int:
     return int(raw) if raw.strip().isdigit() else DEFAULT_MAX_BYTES
 
 
-def upload(api: Client, root: Path, max_bytes: int | None = None) -> tuple[str, bool]:
-    """Pack *root* and make sure the gateway holds it: ``(digest, uploaded now?)``.
+@dataclass(frozen=True, slots=True)
+class Sent:
+    digest: str
+    uploaded: bool  # False: the gateway had it already
+    files: int
+    content_bytes: int
+
+
+def upload(api: Client, root: Path, max_bytes: int | None = None) -> Sent:
+    """Pack *root* and make sure the gateway holds it.
 
     Content-addressed: a HEAD first, and the PUT only when the gateway lacks the digest,
     so the same tree is sent once however often it runs.
@@ -256,7 +265,7 @@ def upload(api: Client, root: Path, max_bytes: int | None = None) -> tuple[str, 
         path = blob_path(packed.digest)
         try:
             api.request("HEAD", path)
-            return packed.digest, False
+            return Sent(packed.digest, False, packed.files, packed.content_bytes)
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -268,14 +277,18 @@ def upload(api: Client, root: Path, max_bytes: int | None = None) -> tuple[str, 
                 headers={"Content-Type": "application/x-tar"},
                 timeout=httpx.Timeout(30.0, write=300.0),
             )
-        return packed.digest, True
+        return Sent(packed.digest, True, packed.files, packed.content_bytes)
     finally:
         packed.close()
 
 
 def send_working_dir(api: Client, root: Path) -> str:
     """``jobgate run --working-dir``: upload if needed, say what happened, return the digest."""
-    digest, uploaded = upload(api, root)
-    what = "uploaded" if uploaded else "already on the gateway, not uploaded"
-    err.print(f"[dim]jobgate: working dir {root}: {digest[:19]}… {what}[/]")
-    return digest
+    sent = upload(api, root)
+    what = "uploaded" if sent.uploaded else "already on the gateway, not uploaded"
+    size = format_size(sent.content_bytes)
+    err.print(
+        f"[dim]jobgate: working dir {root}: {sent.files} files, {size}, "
+        f"{sent.digest[:19]}… {what}[/]"
+    )
+    return sent.digest

@@ -93,7 +93,6 @@ class SessionService:
     ) -> Created:
         digest = request_hash(body)
         self._check_sizes(body)
-        self._check_working_dir(body)
         try:
             async with self.db() as db, db.begin():
                 if idempotency_key:
@@ -207,6 +206,7 @@ class SessionService:
         key: str | None,
         digest: str,
     ) -> tuple[Session, list[Kernel], str | None]:
+        self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
         resources = await self._resources(db, body.resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)

@@ -88,6 +88,7 @@ def test_process_runtime_runs_the_users_script_in_its_own_copy(up: UpStack, tmp_
     assert lines[1] == "files ['.gitignore', '.jobgateignore', 'data.csv', 'train.py']"
     assert lines[2] == "data 1,2,3"
     assert lines[3] == "wrote written"
+    assert "working dir proj: 4 files, " in first.stderr
     assert "uploaded" in first.stderr
     assert "not uploaded" not in first.stderr
     (blob,) = blobs(up)
