@@ -106,6 +106,9 @@ def test_process_runtime_runs_the_users_script_in_its_own_copy(up: UpStack, tmp_
     assert not Path(cwd_first.removeprefix("cwd ")).exists()
     assert (tmp_path / "proj" / "data.csv").read_text() == "1,2,3\n"  # the laptop's copy
 
+    shown = up.cli("sessions", "show", up.cli_json("sessions", "ls")["items"][0]["id"], check=True)
+    assert f"sha256:{blob.name}" in shown.stdout
+
     # a tree over the cap: a clear error naming the size and the biggest entry; nothing runs
     before = len(up.cli_json("sessions", "ls")["items"])
     (tmp_path / "proj" / "weights.bin").write_bytes(b"w" * 5000)
