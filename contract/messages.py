@@ -73,6 +73,9 @@ class StartKernel(_Message):
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    #: "sha256:<hex>": fetch this tar from the gateway (GET /v1/blobs/{digest}, node token),
+    #: unpack a fresh copy and start the job inside it
+    working_dir: str | None = None
     resources: dict[str, str] = Field(default_factory=dict)  # ResourceSlots.to_json()
     mounts: list[WireMount] = Field(default_factory=list)
     #: apps from the gateway's image registry (empty: the worker reads the image's label)

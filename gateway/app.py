@@ -23,6 +23,7 @@ from contract.version import VERSION
 from gateway.api import problems
 from gateway.api.routes import (
     apps,
+    blobs,
     groups,
     health,
     images,
@@ -40,6 +41,7 @@ from gateway.consumer import events_worker
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.events import EventHandler
 from gateway.queue import connect
+from gateway.services.blobs import BlobStore, blob_gc_loop
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 from gateway.state import AppState
@@ -52,6 +54,7 @@ MAX_BODY = 8 * 1024 * 1024
 
 def create_app(settings: GatewaySettings | None = None, *, run_events: bool = True) -> FastAPI:
     settings = settings or GatewaySettings()
+    blob_store = BlobStore(settings.effective_storage_root, settings.max_blob_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -64,8 +67,9 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             db=db,
             pool=pool,
             keys=KeyCache(settings.api_key_cache_s),
-            sessions=SessionService(db, pool, settings),
+            sessions=SessionService(db, pool, settings, blob_store),
             logs=LogService(db, pool, settings.max_log_bytes),
+            blobs=blob_store,
         )
         app.state.jobgate = state
         consumer = None
@@ -74,9 +78,17 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             handler = EventHandler(db, pool)
             consumer = events_worker(settings.redis_url, handler, handle_signals=False)
             task = asyncio.create_task(consumer.async_run())
+        gc = None
+        if settings.blob_gc_interval_s:
+            gc = asyncio.create_task(
+                blob_gc_loop(blob_store, db, settings.blob_gc_interval_s, settings.blob_gc_grace_s)
+            )
         try:
             yield
         finally:
+            if gc is not None:
+                gc.cancel()
+                await asyncio.gather(gc, return_exceptions=True)
             if task is not None and consumer is not None:
                 await queue.stop(consumer, task)
             await pool.aclose()
@@ -101,9 +113,12 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         policies,
         groups,
         internal,
+        blobs,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES
         app.include_router(module.router, responses=responses)
-    app.add_middleware(problems.BodyLimit, limit=MAX_BODY)
+    app.add_middleware(
+        problems.BodyLimit, limit=MAX_BODY, prefixes=(("/v1/blobs/", settings.max_blob_bytes),)
+    )
     return app

@@ -68,6 +68,18 @@ class GatewaySettings(BaseSettings):
     max_log_bytes: int = 64 * 1024 * 1024  # per session; later output is dropped with a note
     stop_grace_s: float = 10.0
 
+    # -- storage ----------------------------------------------------------------------
+    #: where the gateway keeps what users upload (working-directory blobs under blobs/);
+    #: default DATA_DIR/storage. Every gateway process must see the same directory.
+    storage_root: Path | None = None
+    #: the largest working-directory tar PUT /v1/blobs accepts
+    max_blob_bytes: int = 256 * 1024 * 1024
+    #: an unreferenced blob younger than this is kept (an upload racing its submit)
+    blob_gc_grace_s: float = 3600.0
+    #: each gateway process collects unreferenced blobs this often (0: only
+    #: `jobgate admin blobs gc`); several gateways doing it at once is harmless
+    blob_gc_interval_s: float = 3600.0
+
     # -- nodes and scheduling ---------------------------------------------------------
     #: refuse nodes that cannot enforce cpu/mem limits for sessions that ask for them
     require_limits_enforced: bool = False
@@ -96,6 +108,10 @@ class GatewaySettings(BaseSettings):
     @classmethod
     def _roots(cls, value: object) -> object:
         return _split(value)
+
+    @property
+    def effective_storage_root(self) -> Path:
+        return self.storage_root or self.data_dir / "storage"
 
     @cached_property
     def effective_database_url(self) -> str:

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
+from gateway.services.blobs import BlobStore
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 
@@ -25,3 +26,4 @@ class AppState:
     keys: KeyCache
     sessions: SessionService
     logs: LogService
+    blobs: BlobStore

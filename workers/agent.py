@@ -56,6 +56,7 @@ from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
 from workers.state import KernelState, StateStore, attempt_ref, parse_ref
+from workers.workdir import BlobClient, WorkdirCache
 
 __all__ = ["Agent", "NodeAgent"]
 
@@ -155,6 +156,7 @@ class NodeAgent:
             )
             run._event(kind, message=message)
             self.services.store.delete(state.ref)
+            run._release_working_dir()
 
     async def _watch(self, run: KernelRun) -> None:
         try:
@@ -186,7 +188,7 @@ class NodeAgent:
             except ReservationError as exc:
                 run.refuse(f"cannot reserve its devices: {exc}")
                 return
-            await run.launch(spec, functools.partial(self._with_apps, job))
+            await run.launch(spec, functools.partial(self._refine, job))
         finally:
             self.kernels.pop(attempt_ref(job.kernel_id, job.attempt), None)
 
@@ -208,6 +210,19 @@ class NodeAgent:
             reservation=self._reserve(job),
             cpuset=job.cpuset,
         )
+
+    async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
+        """After the image is here: the working directory, then the apps."""
+        spec = await self._working_dir(job, spec)
+        return await self._with_apps(job, spec)
+
+    async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
+        """The kernel's own copy of the session's working tree (sim nodes ignore it)."""
+        workdirs = self.services.workdirs
+        if job.working_dir is None or workdirs is None or self.runtime.name == "sim":
+            return spec
+        path = await workdirs.checkout(job.working_dir, attempt_ref(job.kernel_id, job.attempt))
+        return dataclasses.replace(spec, working_dir=path)
 
     async def _with_apps(
         self, job: StartKernel, spec: KernelSpec
@@ -293,6 +308,7 @@ class Agent:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self.nodes: dict[str, NodeAgent] = {}
+        self.workdirs: WorkdirCache | None = None
 
     async def run(self, stop: asyncio.Event, on_ready: Callable[[], None] | None = None) -> None:
         s = self.settings
@@ -327,6 +343,8 @@ class Agent:
             await asyncio.gather(beat, return_exceptions=True)
             await reporter.close()
             await logs.close()
+            if self.workdirs is not None:
+                await self.workdirs.close()
             for node in self.nodes.values():
                 for task in node.tasks:
                     task.cancel()  # containers live on; a restarted worker re-attaches
@@ -350,10 +368,21 @@ class Agent:
             ids = [s.node_id]
             runtime_name = s.worker_runtime
             store_dir = s.state_dir / "kernels"
+        # working directories: one cache per worker process (sim hosts have none)
+        workdirs = None
+        if s.sim_nodes <= 0:
+            workdirs = WorkdirCache(
+                s.effective_workdir_root,
+                BlobClient(s.gateway_url, s.node_token.get_secret_value()),
+                s.workdir_cache_bytes,
+            )
+        self.workdirs = workdirs
         for node_id in ids:
             context = RuntimeContext(node_id=node_id, state_dir=s.state_dir)
             runtime = build_runtime(runtime_name, context)
-            services = NodeServices(node_id, runtime, reporter, logs, StateStore(store_dir))
+            services = NodeServices(
+                node_id, runtime, reporter, logs, StateStore(store_dir), workdirs
+            )
             self.nodes[node_id] = NodeAgent(
                 node_id, queue, runtime, services, s, capacity, accelerators
             )

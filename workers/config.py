@@ -53,6 +53,11 @@ class WorkerSettings(BaseSettings):
     worker_metrics_host: str = "127.0.0.1"
     #: root of the sysfs tree the NUMA layout is read from (tests point it at a fake tree)
     numa_sysfs_root: Path = Path("/")
+    #: where working directories are cached and unpacked (default: the node's state dir);
+    #: a rootless Podman user other than the worker's must be able to reach it
+    workdir_root: Path | None = None
+    #: the node's cache of working-directory tars is pruned (least recently used) to this
+    workdir_cache_bytes: int = Field(default=10 * 1024**3, ge=0)
     #: a sim host: this many simulated nodes in one process (node ids <node_id>-0000 ...)
     sim_nodes: int = 0
 
@@ -72,3 +77,7 @@ class WorkerSettings(BaseSettings):
     @property
     def state_dir(self) -> Path:
         return self.data_dir / "worker" / self.node_id
+
+    @property
+    def effective_workdir_root(self) -> Path:
+        return self.workdir_root or self.state_dir / "workdirs"

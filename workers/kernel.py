@@ -33,6 +33,7 @@ from plugins.runtimes.base import (
 )
 from workers.shipper import KernelLogUploader, LogClient
 from workers.state import KernelState, StateStore
+from workers.workdir import WorkdirCache
 
 if TYPE_CHECKING:
     from workers.reporter import EventReporter
@@ -54,6 +55,8 @@ class NodeServices:
     reporter: EventReporter
     logs: LogClient
     store: StateStore
+    #: working directories (None on sim hosts: the sim runtime ignores them)
+    workdirs: WorkdirCache | None = None
 
 
 class KernelRun:
@@ -129,7 +132,12 @@ class KernelRun:
     def _finish_unstarted(self, kind: str, message: str) -> None:
         self._event(kind, message=message)
         self.node.store.delete(self.state.ref)
+        self._release_working_dir()
         self.done.set()
+
+    def _release_working_dir(self) -> None:
+        if self.node.workdirs is not None:
+            self.node.workdirs.release_now(self.state.ref)
 
     # -- watch ------------------------------------------------------------------------
     async def watch(self) -> None:
@@ -160,6 +168,7 @@ class KernelRun:
         with contextlib.suppress(Exception):
             await self.node.runtime.remove(self.handle)
         self.node.store.delete(self.state.ref)
+        self._release_working_dir()
         self.done.set()
 
     async def _pump(self, uploader: KernelLogUploader) -> None:

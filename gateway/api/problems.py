@@ -160,17 +160,22 @@ class BodyLimit:
     ``max_body_size`` answers in plain text.)
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int, prefixes: tuple[tuple[str, int], ...] = ()
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.prefixes = prefixes  # (path prefix, its own limit): blob uploads are larger
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope.get("path", "")
+        limit = next((n for prefix, n in self.prefixes if path.startswith(prefix)), self.limit)
         declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            detail = f"the body is {int(declared)} bytes; the limit is {self.limit}"
+        if declared.isdigit() and int(declared) > limit:
+            detail = f"the body is {int(declared)} bytes; the limit is {limit}"
             response = problem(413, "Payload too large", detail, scope.get("path", ""))
             await response(scope, receive, send)
             return
@@ -181,8 +186,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise StarletteHTTPException(413, f"the body is over {self.limit} bytes")
+                if seen > limit:
+                    raise StarletteHTTPException(413, f"the body is over {limit} bytes")
             return message
 
         await self.app(scope, counted, send)

@@ -46,6 +46,7 @@ def public(d: SessionDetails) -> SessionPublic:
         command=list(s.command.get("argv", [])),
         env=dict(s.env),
         workdir=s.workdir,
+        working_dir=s.working_dir,
         resources=dict(s.resources),
         resource_group=s.resource_group,
         priority=s.priority,

@@ -65,6 +65,7 @@ class SessionPublic(BaseModel):
     command: list[str]
     env: dict[str, str]
     workdir: str | None
+    working_dir: str | None = None
     resources: dict[str, str]
     resource_group: str
     priority: int

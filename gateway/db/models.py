@@ -220,6 +220,8 @@ class Session(Base):
     command: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"argv": [...]}
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)
     workdir: Mapped[str | None] = mapped_column(String(1024), default=None)
+    #: "sha256:<hex>" of the uploaded working-directory tar (gateway blob store), or None
+    working_dir: Mapped[str | None] = mapped_column(String(71), default=None)
     mounts: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"items": [Mount...]}
     resources: Mapped[dict[str, Any]] = mapped_column(default=dict)  # per kernel
     #: the user asked for cpu/mem explicitly (nodes that cannot enforce limits may refuse)

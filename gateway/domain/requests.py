@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from contract.blobs import DIGEST_PATTERN
 from gateway.domain.validation import ENV_NAME, parse_start, valid_image_reference
 
 __all__ = ["NAME_PATTERN", "Input", "MountSpec", "SessionCreate", "SessionType"]
@@ -48,6 +49,12 @@ class SessionCreate(Input):
     command: list[str] = Field(default_factory=list, max_length=4096)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = Field(default=None, max_length=1024)
+    working_dir: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="sha256:<hex> of a working-directory tar uploaded to /v1/blobs; the job "
+        "starts inside a fresh copy of it",
+    )
     resources: dict[str, str | int | float] = Field(
         default_factory=dict, description='e.g. {"cpu": "2", "mem": "4g", "cuda.shares": "0.5"}'
     )

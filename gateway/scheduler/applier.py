@@ -112,7 +112,18 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
         return {}
     c = SESSIONS.c
     rows = await db.execute(
-        select(c.id, c.type, c.image, c.command, c.env, c.workdir, c.mounts, c.apps, c.lost_node)
+        select(
+            c.id,
+            c.type,
+            c.image,
+            c.command,
+            c.env,
+            c.workdir,
+            c.working_dir,
+            c.mounts,
+            c.apps,
+            c.lost_node,
+        )
         .where(c.id.in_(ids), c.status == S.PENDING)
         .order_by(c.id)
         .with_for_update(key_share=True)
@@ -264,6 +275,7 @@ def _job(
         image=session.image,
         env=dict(session.env),
         workdir=session.workdir,
+        working_dir=session.working_dir,
         resources=dict(placed["slots"]),
         mounts=[WireMount(**m) for m in session.mounts.get("items", [])],
         devices=placed["devices"],

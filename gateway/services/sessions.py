@@ -44,6 +44,7 @@ from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
 from gateway.queue import request_schedule
 from gateway.scheduler.policy import DEFAULT_SUBJECT
+from gateway.services.blobs import BlobStore
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
@@ -71,8 +72,15 @@ def request_hash(body: SessionCreate) -> str:
 
 
 class SessionService:
-    def __init__(self, db: SessionFactory, pool: ArqRedis, settings: GatewaySettings) -> None:
+    def __init__(
+        self,
+        db: SessionFactory,
+        pool: ArqRedis,
+        settings: GatewaySettings,
+        blobs: BlobStore | None = None,
+    ) -> None:
         self.db = db
+        self.blobs = blobs
         self.pool = pool
         self.settings = settings
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
@@ -135,6 +143,16 @@ class SessionService:
                     field=f"mounts.{i}.source",
                 )
 
+    def _check_working_dir(self, body: SessionCreate) -> None:
+        """The working-directory blob must be here (HEAD-style touch: GC keeps it)."""
+        if body.working_dir is None:
+            return
+        if self.blobs is None or not self.blobs.exists(body.working_dir, touch=True):
+            raise Invalid(
+                f"no blob {body.working_dir}: upload it first (PUT /v1/blobs/{body.working_dir})",
+                field="working_dir",
+            )
+
     async def _replay(
         self, db: AsyncSession, principal: Principal, key: str, digest: str
     ) -> Session | None:
@@ -188,6 +206,7 @@ class SessionService:
         key: str | None,
         digest: str,
     ) -> tuple[Session, list[Kernel], str | None]:
+        self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
         resources = await self._resources(db, body.resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)
@@ -208,6 +227,7 @@ class SessionService:
             command={"argv": body.command},
             env=dict(body.env),
             workdir=body.workdir,
+            working_dir=body.working_dir,
             mounts={"items": [m.model_dump() for m in body.mounts]},
             resources=resources.to_json(),
             limits_requested=CPU in body.resources or MEM in body.resources,

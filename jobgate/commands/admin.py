@@ -195,3 +195,44 @@ def groups_set(
         json={"description": description, "scheduler": scheduler},
     )
     out.print(f"resource group {name} configured")
+
+
+blobs = typer.Typer(help="Uploaded working directories (the gateway's blob store).")
+app.add_typer(blobs, name="blobs")
+
+
+@blobs.command("gc")
+def blobs_gc(
+    grace: Annotated[
+        float | None,
+        typer.Option(help="keep unreferenced blobs younger than this many seconds"),
+    ] = None,
+) -> None:
+    """Delete blobs no live session names, older than the grace period.
+
+    Runs where the gateway's storage root is (JOBGATE_STORAGE_ROOT, default
+    DATA_DIR/storage) with JOBGATE_DATABASE_URL, like ``bootstrap``; safe to run from cron.
+    """
+    import asyncio
+
+    from gateway.config import GatewaySettings
+    from gateway.db.engine import create_engine, create_session_factory
+    from gateway.services.blobs import BlobStore, collect_garbage
+
+    settings = GatewaySettings()
+    store = BlobStore(settings.effective_storage_root, settings.max_blob_bytes)
+
+    async def collect() -> list[str]:
+        engine = create_engine(settings.effective_database_url)
+        try:
+            factory = create_session_factory(engine)
+            return await collect_garbage(
+                store, factory, settings.blob_gc_grace_s if grace is None else grace
+            )
+        finally:
+            await engine.dispose()
+
+    deleted = asyncio.run(collect())
+    for digest in deleted:
+        out.print(f"deleted {digest}")
+    out.print(f"{len(deleted)} blob(s) deleted, {len(store.list())} kept")

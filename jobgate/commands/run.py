@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ import typer
 from jobgate.client import Client
 from jobgate.commands.common import client, parse_pairs
 from jobgate.render import Output, err, print_json
+from jobgate.workdir import send_working_dir
 
 __all__ = ["build_request", "follow_session", "run"]
 
@@ -184,6 +186,14 @@ def run(
     constraint: Annotated[list[str], typer.Option(help="node label KEY=VALUE")] = [],  # noqa: B006
     idempotency_key: Annotated[str | None, typer.Option(help="retry-safe submission key")] = None,
     output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    working_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--working-dir",
+            help="pack this directory (minus .gitignore/.jobgateignore) and start the job "
+            "inside a copy of it; uploaded once per distinct tree",
+        ),
+    ] = None,
 ) -> None:
     """Run a session and stream its output; exit with its exit code."""
     api = client()
@@ -205,6 +215,8 @@ def run(
         starts_at=starts_at,
         constraints=constraint,
     )
+    if working_dir is not None:
+        body["working_dir"] = send_working_dir(api, working_dir)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     session = api.post("/v1/sessions", json=body, headers=headers)
     if detach:

@@ -77,6 +77,7 @@ def show(
         ("exit code", "-" if s["exit_code"] is None else s["exit_code"]),
         ("image", s["image"] or "-"),
         ("command", " ".join(s["command"]) or "-"),
+        ("working dir", s.get("working_dir") or "-"),
         ("resources", ", ".join(f"{k}={v}" for k, v in s["resources"].items())),
         ("group", s["resource_group"]),
         ("priority", s["priority"]),

@@ -117,6 +117,9 @@ class KernelSpec:
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    #: the host directory holding this kernel's own copy of the session's working tree
+    #: (unpacked by the worker); the job starts inside it. None: no working directory.
+    working_dir: Path | None = None
     resources: ResourceSlots = field(default_factory=ResourceSlots)
     mounts: list[Mount] = field(default_factory=list)
     ports: list[ServicePort] = field(default_factory=list)

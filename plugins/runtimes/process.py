@@ -103,7 +103,8 @@ class ProcessRuntime:
         kdir = self._kdir(spec.kernel_id)
         workdir = kdir / "work"
         workdir.mkdir(parents=True, exist_ok=True)
-        cwd = Path(spec.workdir) if spec.workdir else workdir
+        # --workdir wins; else the session's working tree; else the kernel's own directory
+        cwd = Path(spec.workdir) if spec.workdir else spec.working_dir or workdir
         if not cwd.is_dir():
             raise InvalidSpec(f"working directory {cwd} does not exist on this node")
         meta = {"labels": spec.labels, "command": spec.command, "started_at": time.time()}

@@ -197,6 +197,8 @@ class PodmanRuntime:
             log.debug("kernel %s: limits not enforced here (%s)", spec.kernel_id, support.detail)
         mem_label = limits.memory if enforce else None
         body = create_body(spec, self.settings, native=native, mem_label=mem_label)
+        if spec.working_dir is not None:
+            await asyncio.to_thread(_hand_to_podman_user, spec.working_dir, self.settings.socket)
         ref, adopted = await self._create(spec, body)
         if adopted is not None:
             return adopted
@@ -362,3 +364,21 @@ class PodmanRuntime:
         await self._streams.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._api.close()
+
+
+def _hand_to_podman_user(tree: Path, socket: str) -> None:
+    """Make the Podman user (the container's root) own a kernel's working directory.
+
+    A worker running as the Podman user (the normal rootless node) already owns the copy
+    it unpacked, so this does nothing. A worker running as root next to another user's
+    rootless Podman (CI, some hosts) hands the copy over, so the job owns its files.
+    """
+    if os.geteuid() != 0 or not socket.startswith("unix://"):
+        return
+    owner = os.stat(socket.removeprefix("unix://"))
+    if owner.st_uid == 0:
+        return
+    for directory, dirs, files in os.walk(tree):
+        os.lchown(directory, owner.st_uid, owner.st_gid)
+        for name in dirs + files:
+            os.lchown(os.path.join(directory, name), owner.st_uid, owner.st_gid)

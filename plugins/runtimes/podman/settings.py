@@ -64,6 +64,9 @@ class PodmanSettings(BaseSettings):
     nofile: int | None = Field(default=None, ge=64)
     cap_drop: list[str] = Field(default_factory=lambda: ["ALL"])
     cap_add: list[str] = Field(default_factory=lambda: list(DEFAULT_CAP_ADD))
+    #: Where a session's working directory (its own copy, on the node) is bind-mounted;
+    #: the job starts there unless it names another --workdir.
+    working_dir_target: str = "/home/work"
     #: Environment every container starts with; the session's own env wins.
     default_env: dict[str, str] = Field(default_factory=lambda: {"PYTHONUNBUFFERED": "1"})
     #: The cgroup v1 parent delegated to the Podman user (scripts/setup-podman.sh).

@@ -109,6 +109,23 @@ def _mount_entry(mount: Mount) -> dict[str, Any]:
     return {"type": "bind", "source": mount.source, "destination": mount.target, "options": options}
 
 
+def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], str | None]:
+    """The container's mounts and working directory.
+
+    A session's working tree (the worker's own per-kernel copy, so not subject to the
+    user's mount roots) is bind-mounted read-write at ``working_dir_target``, where the
+    job starts unless it names another workdir. Rootless: the host user who owns the
+    copy is the container's root, so a job running as root (the images' default) owns
+    its files there; a non-root image user can read them.
+    """
+    mounts = validate_mounts(spec.mounts, settings.allowed_mount_roots) + spec.reservation.mounts
+    workdir = spec.workdir
+    if spec.working_dir is not None:
+        mounts.append(Mount(str(spec.working_dir), settings.working_dir_target))
+        workdir = workdir or settings.working_dir_target
+    return mounts, workdir
+
+
 def create_body(
     spec: KernelSpec, settings: PodmanSettings, *, native: Limits | None, mem_label: int | None
 ) -> dict[str, Any]:
@@ -124,8 +141,7 @@ def create_body(
         raise InvalidSpec("command contains a NUL byte")
     if spec.workdir is not None and not spec.workdir.startswith("/"):
         raise InvalidSpec(f"working directory must be absolute: {spec.workdir!r}")
-    user_mounts = validate_mounts(spec.mounts, settings.allowed_mount_roots)
-    mounts = user_mounts + spec.reservation.mounts
+    mounts, workdir = _mounts(spec, settings)
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
         raise InvalidSpec(f"two mounts share a target: {sorted(targets)}")
@@ -154,8 +170,8 @@ def create_body(
     }
     if spec.command:
         body["command"] = list(spec.command)
-    if spec.workdir:
-        body["work_dir"] = spec.workdir
+    if workdir:
+        body["work_dir"] = workdir
         body["create_working_dir"] = True  # as Docker does; Podman refuses a missing one
     if spec.ports:
         body["portmappings"] = [

@@ -254,3 +254,32 @@ def test_container_name_is_stable_per_kernel() -> None:
 def test_ports_label_round_trip(text: str, ports: list[ServicePort]) -> None:
     assert parse_ports_label(text) == ports
     assert parse_ports_label(format_ports_label(ports)) == ports
+
+
+def test_the_working_directory_is_mounted_at_home_work_where_the_job_starts(
+    tmp_path: Path,
+) -> None:
+    copy = tmp_path / "kernels" / "k1"
+    body = create_body(spec(working_dir=copy), settings(), native=None, mem_label=None)
+    assert {
+        "type": "bind",
+        "source": str(copy),
+        "destination": "/home/work",
+        "options": ["rbind", "rw"],
+    } in body["mounts"]
+    assert body["work_dir"] == "/home/work"
+    # the worker's own copy needs no allowed root; a --workdir of the user's still wins
+    named = create_body(
+        spec(working_dir=copy, workdir="/home/work/src"), settings(), native=None, mem_label=None
+    )
+    assert named["work_dir"] == "/home/work/src"
+    moved = create_body(
+        spec(working_dir=copy), settings(working_dir_target="/w"), native=None, mem_label=None
+    )
+    assert moved["work_dir"] == "/w"
+
+
+def test_a_user_mount_over_the_working_directory_is_refused(tmp_path: Path) -> None:
+    clash = spec(working_dir=tmp_path, mounts=[Mount(str(tmp_path), "/home/work")])
+    with pytest.raises(InvalidSpec, match="two mounts share a target"):
+        create_body(clash, settings(allowed_mount_roots=[tmp_path]), native=None, mem_label=None)
