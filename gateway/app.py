@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from contract import arq as queue
 from contract.version import VERSION
+from gateway import console
 from gateway.api import problems
 from gateway.api.routes import (
     apps,
@@ -104,5 +105,6 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
     )
     for module in routers:
         app.include_router(module.router)
+    console.install(app)  # the web console: /, /sign-in, /sessions/{id}, /nodes, /admin
     app.add_middleware(problems.BodyLimit, limit=MAX_BODY)
     return app
