@@ -115,11 +115,16 @@ def admin(console: Console, browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     page.on("dialog", lambda d: d.accept())  # "Terminate …?" confirmations
     page.on("pageerror", lambda e: console.errors.append(str(e)))
-    page.on("console", lambda m: m.type == "error" and console.errors.append(m.text))
     try:
         yield page
     finally:
         context.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_script_errors(console: Console) -> Iterator[None]:
+    yield
+    assert console.errors == [], "the console's script failed"
 
 
 def sign_in(page: Page, console: Console, key: str) -> None:
@@ -226,6 +231,10 @@ def test_three_sessions_of_one_fgpu_two_run_one_waits(console: Console, admin: P
     for holder in holders:
         expect(device.locator(".meter-text")).to_contain_text(holder)
     expect(device.locator(".meter-text")).to_contain_text("2 / 2")
+    track = device.locator(".meter-track").bounding_box()
+    parts = [p.bounding_box() for p in device.locator(".meter-part").all()]
+    assert track is not None and len(parts) == 2
+    assert all(p is not None and abs(p["width"] - track["width"] / 2) < 3 for p in parts)
     expect(nodes.get_by_role("button", name="drain")).to_be_enabled()  # admins' actions
     console.shot(nodes, "nodes")
     nodes.close()

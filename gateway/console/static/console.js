@@ -36,6 +36,7 @@ function el(tag, attrs = {}, ...children) {
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "class") node.className = v;
+    else if (k === "width") node.style.width = v; // CSSOM: allowed by the page's CSP
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : v);
   }
@@ -468,13 +469,14 @@ function sessionPage() {
 function bar(label, parts, capacity) {
   const cap = Number(capacity) || 1;
   const used = parts.reduce((a, p) => a + p.amount, 0);
-  const title = parts.map((p) => `${p.who} ${+p.amount.toFixed(3)}`).join(", ") || "free";
+  const title = parts.map((p) => `${p.who} ${amount(label, +p.amount.toFixed(3))}`).join(", ") || "free";
   return el("div", { class: "meter", role: "img", "aria-label": `${label}: ${+used.toFixed(3)} of ${capacity} used (${title})` },
     el("span", { class: "meter-label" }, label),
     el("span", { class: "meter-track" }, parts.map((p, i) => el("span", {
-      class: `meter-part p${i % 6}${p.others ? " others" : ""}`, style: `width:${(100 * p.amount) / cap}%`, title: `${p.who}: ${p.amount}`,
+      class: `meter-part p${i % 6}${p.others ? " others" : ""}`, width: `${(100 * p.amount) / cap}%`, title: `${p.who}: ${p.amount}`,
     }, ""))),
-    el("span", { class: "meter-text" }, `${+used.toFixed(3)} / ${capacity}`, parts.length ? ` — ${title}` : ""));
+    el("span", { class: "meter-text" }, `${amount(label, +used.toFixed(3))} / ${amount(label, capacity)}`,
+      parts.length ? ` — ${title}` : ""));
 }
 
 function nodesPage() {
@@ -495,7 +497,7 @@ function nodesPage() {
       }
     }
     holder.replaceChildren(...nodes.items.map((n) => {
-      const slots = Object.keys(n.capacity).sort().map((slot) => bar(slot, [{ who: "used", amount: Number(n.occupied[slot] || 0) }].filter((p) => p.amount > 0), n.capacity[slot]));
+      const slots = Object.keys(n.capacity).sort().map((slot) => bar(slot, [{ who: "in use", amount: Number(n.occupied[slot] || 0) }].filter((p) => p.amount > 0), n.capacity[slot]));
       const devices = n.devices.map((d) => {
         const parts = [...((holders[n.id] || {})[d.id] || [])];
         const known = parts.reduce((a, p) => a + p.amount, 0);
