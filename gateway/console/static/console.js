@@ -380,7 +380,7 @@ function sessionPage() {
   function facts(s) {
     const rows = [
       ["Type", s.type], ["Owner", s.owner], ["Project", s.project || "—"], ["Image", s.image || "runtime default"],
-      ["Command", s.command.join(" ") || "—"], ["Resources", allocations(s).join(", ") || "—"],
+      ["Command", s.command.map((w) => (/[\s"'$;]/.test(w) ? `'${w.replaceAll("'", "'\\''")}'` : w)).join(" ") || "—"], ["Resources", allocations(s).join(", ") || "—"],
       ["Resource group", s.resource_group], ["Priority", s.priority], ["Cluster size", s.cluster_size],
       ["Node", s.node || "—"], ["Created", new Date(s.created_at).toLocaleString()],
       ["Started", s.started_at ? new Date(s.started_at).toLocaleString() : "—"],
