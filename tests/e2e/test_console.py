@@ -185,6 +185,17 @@ def test_sign_in_launch_half_a_gpu_and_see_its_share(console: Console, admin: Pa
     assert cookie["sameSite"] == "Strict"
     assert console.key not in cookie["value"]
 
+    # keyboard only: Tab reaches the Launch button, Enter opens the dialog, Escape closes it
+    for _ in range(12):
+        page.keyboard.press("Tab")
+        if page.evaluate("() => document.activeElement.id") == "open-launch":
+            break
+    page.keyboard.press("Enter")
+    expect(page.locator("dialog#launch")).to_be_visible()
+    expect(page.locator("dialog#launch input[name=type]").first).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("dialog#launch")).to_be_hidden()
+
     # a field error shows beside its field (the API's RFC 7807 answer), nothing launched
     launch(page, name="not a name!", image_ref=BUSYBOX, command="sleep 600")
     error = page.locator('[data-field="name"] .error')
@@ -199,6 +210,13 @@ def test_sign_in_launch_half_a_gpu_and_see_its_share(console: Console, admin: Pa
     expect(row(page, name).locator(".status")).to_have_text("RUNNING", timeout=WAIT_MS)
     expect(row(page, name).locator(".alloc")).to_contain_text("cuda.shares 0.5 on mock-cuda-0")
     console.shot(page, "sessions-half-gpu")
+
+    # the live list keeps a keyboard user's place across its refreshes
+    row(page, name).get_by_role("checkbox").focus()
+    for _ in range(2):  # two refreshes of the list
+        with page.expect_response(lambda r: "/v1/sessions?" in r.url):
+            pass
+    assert page.evaluate("() => document.activeElement.closest('tr')?.dataset.name") == name
 
     # terminate it from the list (checkbox + button), as the next test needs the GPU
     row(page, name).get_by_role("checkbox").check()
@@ -239,7 +257,7 @@ def test_three_sessions_of_one_fgpu_two_run_one_waits(console: Console, admin: P
     assert track is not None
     assert len(parts) == 2
     assert all(p is not None and abs(p["width"] - track["width"] / 2) < 3 for p in parts)
-    expect(nodes.get_by_role("button", name="drain")).to_be_enabled()  # admins' actions
+    expect(nodes.get_by_role("button", name=re.compile("^drain "))).to_be_enabled()  # admins
     console.shot(nodes, "nodes")
     nodes.close()
 
@@ -332,6 +350,15 @@ def test_other_users_csrf_and_sign_out(console: Console, browser: Browser, admin
         assert httpx.get(f"{console.url}/", cookies=jar).status_code == 303
     finally:
         context.close()
+
+    # an admin cordons the node and takes it back, from its card
+    admin.goto(console.url + "/nodes")
+    admin.get_by_role("button", name=re.compile("^cordon ")).click()
+    expect(admin.locator("section.node h2")).to_contain_text("cordoned")
+    expect(admin.get_by_role("button", name=re.compile("^cordon "))).to_be_disabled()
+    admin.get_by_role("button", name=re.compile("^uncordon ")).click()
+    expect(admin.get_by_role("button", name=re.compile("^uncordon "))).to_be_disabled()
+    assert console.api("GET", "/v1/nodes").json()["items"][0]["admin_state"] == "ready"
 
     admin.goto(console.url + "/admin")
     expect(admin.locator("#a-users")).to_contain_text("bob")

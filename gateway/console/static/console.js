@@ -47,6 +47,20 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// Re-render *container* with *render* and give focus back to the same control of the
+// same row (keyboard users must not lose their place when a live list refreshes).
+function keepFocus(container, render) {
+  const active = document.activeElement;
+  const owner = active && container.contains(active) ? active.closest("[data-key]") : null;
+  const controls = owner ? [...owner.querySelectorAll("a, button, input, select")] : [];
+  const index = controls.indexOf(active);
+  const key = owner?.dataset.key;
+  render();
+  if (key === undefined || index < 0) return;
+  const again = container.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  again?.querySelectorAll("a, button, input, select")[index]?.focus();
+}
+
 function age(iso) {
   const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
   if (s < 60) return `${Math.floor(s)}s`;
@@ -146,7 +160,7 @@ function sessionsPage() {
       box.disabled = ENDED.has(s.status);
       box.addEventListener("change", () => { box.checked ? selected.add(s.id) : selected.delete(s.id); sync(); });
       const reason = s.status === "PENDING" ? s.pending_reason || s.status_reason : (ENDED.has(s.status) ? s.status_reason : "");
-      return el("tr", { "data-id": s.id, "data-name": s.name || "", "data-status": s.status },
+      return el("tr", { "data-id": s.id, "data-key": s.id, "data-name": s.name || "", "data-status": s.status },
         el("td", {}, box),
         el("td", {}, el("a", { href: `/sessions/${s.id}` }, s.name || s.id.slice(0, 8)),
           f.scope.value === "all" ? el("small", { class: "owner" }, ` ${s.owner}`) : null),
@@ -157,7 +171,7 @@ function sessionsPage() {
         el("td", {}, s.node || "—"),
         el("td", {}, duration(s)));
     });
-    tbody.replaceChildren(...rows);
+    keepFocus(tbody, () => tbody.replaceChildren(...rows));
     if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: "7", class: "empty" }, "No sessions. Launch one.")));
     sync();
   }
@@ -496,7 +510,7 @@ function nodesPage() {
         ((holders[k.node] ||= {})[d] ||= []).push({ who: `${s.name || s.id.slice(0, 8)}${ADMIN ? " (" + s.owner + ")" : ""}`, amount: Number(amount) });
       }
     }
-    holder.replaceChildren(...nodes.items.map((n) => {
+    keepFocus(holder, () => holder.replaceChildren(...nodes.items.map((n) => {
       const slots = Object.keys(n.capacity).sort().map((slot) => bar(slot, [{ who: "in use", amount: Number(n.occupied[slot] || 0) }].filter((p) => p.amount > 0), n.capacity[slot]));
       const devices = n.devices.map((d) => {
         const parts = [...((holders[n.id] || {})[d.id] || [])];
@@ -508,18 +522,18 @@ function nodesPage() {
           bar(d.slot, parts, d.capacity));
       });
       const actions = ADMIN ? el("div", { class: "actions" }, ["drain", "cordon", "uncordon"].map((a) => el("button", {
-        type: "button", "data-action": a,
+        type: "button", "data-action": a, "aria-label": `${a} ${n.hostname}`,
         disabled: (a === "uncordon") === (n.admin_state === "ready"),
         onclick: async () => { await api("POST", `/v1/nodes/${encodeURIComponent(n.id)}/${a}`); refresh(); },
       }, a))) : null;
-      return el("section", { class: "node", "data-node": n.id, "aria-label": `Node ${n.hostname}` },
+      return el("section", { class: "node", "data-node": n.id, "data-key": n.id, "aria-label": `Node ${n.hostname}` },
         el("h2", {}, n.hostname, " ", el("span", { class: `status s-${n.status}` }, n.status),
           n.admin_state !== "ready" ? el("span", { class: "status s-CANCELLED" }, n.admin_state) : null),
         el("p", { class: "hint" }, `${n.id} · ${n.runtime} · group ${n.resource_group} · ${n.arch} · ${n.running_kernels} running · limits ${n.limits_enforced ? "enforced" : "not enforced"}`),
         el("div", { class: "meters" }, slots),
         devices.length ? el("ul", { class: "devices" }, devices) : null,
         actions);
-    }));
+    })));
     if (!nodes.items.length) holder.replaceChildren(el("p", {}, "No nodes have registered yet."));
     setTimeout(refresh, 2000);
   }
