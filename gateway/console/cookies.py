@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import console_session_key
+from contract.tokens import CONSOLE_COOKIE
 from gateway.auth import KeyCache, Principal, authenticate, authenticate_digest, hash_key
 from gateway.db.engine import SessionFactory
 from gateway.domain.errors import Forbidden, Unauthenticated
@@ -41,7 +42,7 @@ __all__ = [
     "signed",
 ]
 
-COOKIE = "jobgate_console"
+COOKIE = CONSOLE_COOKIE  # the app proxy strips it from what it forwards
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
