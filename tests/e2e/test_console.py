@@ -362,6 +362,8 @@ def test_other_users_csrf_and_sign_out(console: Console, browser: Browser, admin
 
     admin.goto(console.url + "/admin")
     expect(admin.locator("#a-users")).to_contain_text("bob")
+    expect(admin.locator("#a-groups")).to_contain_text("default")
+    expect(admin.locator("#a-policies")).to_have_text("none")
     console.shot(admin, "admin")
     # the artefacts: a screenshot of each page
     taken = {p.stem for p in console.shots.glob("*.png")}

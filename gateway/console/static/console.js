@@ -266,7 +266,7 @@ function launchDialog(onLaunched) {
 
   async function load() {
     const [imageList, nodeList, groups] = await Promise.all([
-      api("GET", "/v1/images"), api("GET", "/v1/nodes"), api("GET", "/v1/groups").catch(() => []),
+      api("GET", "/v1/images"), api("GET", "/v1/nodes"), api("GET", "/v1/resource-groups").catch(() => []),
     ]);
     images = groupImages(imageList);
     image.replaceChildren(el("option", { value: "" }, "runtime default"),
@@ -553,7 +553,8 @@ function table(id, rows) {
 function adminPage() {
   async function refresh() {
     const [users, projects, policies, groups] = await Promise.all(
-      ["/v1/users", "/v1/projects", "/v1/policies", "/v1/groups"].map((p) => api("GET", p).catch(() => [])));
+      ["/v1/users", "/v1/projects", "/v1/policies", "/v1/resource-groups"].map((p) =>
+        api("GET", p).catch((e) => [{ error: `could not load ${p}: ${e.message}` }])));
     table("a-users", users); table("a-projects", projects); table("a-policies", policies); table("a-groups", groups);
   }
   const form = document.getElementById("user-form");
