@@ -101,7 +101,8 @@ def console(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> Ite
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=args)
         try:
             yield chromium
         finally:
