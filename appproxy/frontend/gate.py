@@ -19,7 +19,7 @@ from appproxy.backend.upstream import Upstream
 from appproxy.backend.websocket import WebSocketForwarder
 from appproxy.frontend.addressing import AddSlash, Target, parse_host, parse_path
 from appproxy.frontend.auth import Authenticator, Outcome, authorized
-from appproxy.frontend.cookies import strip_cookie
+from appproxy.frontend.cookies import strip_jobgate_cookies
 from appproxy.frontend.incoming import Incoming, TrustedNetworks
 from appproxy.metrics import EndpointCounters
 from appproxy.pages import (
@@ -157,7 +157,7 @@ class SessionGate:
         headers = request_headers(
             req.scope["headers"],
             forwarding,
-            cookie_filter=strip_cookie,
+            cookie_filter=strip_jobgate_cookies,
             hide_authorization=principal is not None and principal.via == "bearer",
         )
         stats = self._counters.stats(target.session_id, target.app)

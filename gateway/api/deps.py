@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the app state, a database session and the calling principal."""
+"""FastAPI dependencies: the app state, a database session and the calling principal.
+
+The principal comes from ``Authorization: Bearer jg_...`` or, without one, from the web
+console's sign-in cookie (``gateway/console/cookies.py``: same principal as its key,
+CSRF token and Origin checked on writes)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal, authenticate, constant_time_equal
+from gateway.console import cookies as console
 from gateway.domain.errors import Forbidden, Unauthenticated
 from gateway.state import AppState
 
@@ -35,13 +40,26 @@ DbSession = Annotated[AsyncSession, Depends(_db)]
 
 
 async def _principal(
+    request: Request,
     state: State,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    if credentials is None:
-        raise Unauthenticated("send an API key: Authorization: Bearer jg_...")
-    async with state.db() as db:
-        return await authenticate(db, credentials.credentials, state.keys)
+    if credentials is not None:
+        async with state.db() as db:
+            return await authenticate(db, credentials.credentials, state.keys)
+    cookie = request.cookies.get(console.COOKIE)
+    if cookie:  # the web console: same principal as its key, CSRF checks on writes
+        return await console.principal(
+            state.pool,
+            state.db,
+            state.keys,
+            cookie=cookie,
+            method=request.method,
+            csrf=request.headers.get(console.CSRF_HEADER),
+            origin=request.headers.get("origin"),
+            host=request.headers.get("host"),
+        )
+    raise Unauthenticated("send an API key: Authorization: Bearer jg_...")
 
 
 CurrentUser = Annotated[Principal, Depends(_principal)]

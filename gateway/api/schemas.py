@@ -117,6 +117,10 @@ class NodePublic(BaseModel):
     runtime_detail: str
     fraction_enforcement: str | None
     devices: list[dict[str, Any]]
+    #: slot -> {"quantum": "0.1", "unit": "share" | "device"}: the steps a request takes
+    slot_types: dict[str, dict[str, str]] = Field(default_factory=dict)
+    #: device id -> how much of it is allocated now
+    device_used: dict[str, str] = Field(default_factory=dict)
     stats: list[dict[str, Any]]
     running_kernels: int
     last_seen_at: datetime

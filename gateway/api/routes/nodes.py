@@ -40,6 +40,8 @@ def _public(node: Node, alive: bool, running: int, stats: list[dict[str, object]
         runtime_detail=node.runtime_detail,
         fraction_enforcement=node.fraction_enforcement,
         devices=list(node.devices.get("items", [])),
+        slot_types={k: {a: str(b) for a, b in v.items()} for k, v in node.slot_types.items()},
+        device_used={k: str(v) for k, v in node.device_used.items()},
         stats=stats,
         running_kernels=running,
         last_seen_at=node.last_seen_at,

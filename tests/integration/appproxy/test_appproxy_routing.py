@@ -71,9 +71,12 @@ async def test_forwarded_headers_and_public_host(proxy: Proxy) -> None:
         "X-Secret-Hop": "1",
         "Origin": "http://apps.example.org:8443",
     }
-    async with proxy.client(cookies=proxy.cookie(), headers=headers) as client:
+    # the gateway console's sign-in rides along when both share a host (jobgate up)
+    cookies = proxy.cookie() | {"jobgate_console": "console-sign-in", "app_pref": "1"}
+    async with proxy.client(cookies=cookies, headers=headers) as client:
         response = await client.get(f"/s/{SESSION}/jupyter/lab")
     seen = seen_by_app(response.content)["headers"]
+    assert seen["cookie"] == "app_pref=1"  # neither jobgate cookie reaches the app
     assert seen["host"] == "apps.example.org:8443"
     assert seen["x-forwarded-host"] == "apps.example.org:8443"
     assert seen["x-forwarded-for"] == "127.0.0.1"  # the spoofed hop is not believed

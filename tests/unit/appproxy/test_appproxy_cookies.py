@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from appproxy.frontend.cookies import cookie_values, set_cookie_header, strip_cookie
+from appproxy.frontend.cookies import (
+    cookie_values,
+    set_cookie_header,
+    strip_cookie,
+    strip_jobgate_cookies,
+)
 
 
 @pytest.mark.parametrize(
@@ -36,6 +41,19 @@ def test_cookie_values(name: str, headers: list[bytes], values: list[str]) -> No
 )
 def test_strip_cookie(name: str, header: bytes, kept: bytes | None) -> None:
     assert strip_cookie(header) == kept, name
+
+
+@pytest.mark.parametrize(
+    ("name", "header", "kept"),
+    [
+        ("the console's sign-in", b"a=1; jobgate_console=c", b"a=1"),
+        ("both of jobgate's", b"jobgate_console=c; jobgate_auth=x", None),
+        ("the app's own kept", b"jobgate_console=c; _xsrf=t; jobgate_auth=x", b"_xsrf=t"),
+    ],
+)
+def test_apps_never_see_jobgate_cookies(name: str, header: bytes, kept: bytes | None) -> None:
+    """Console and proxy share a host in ``jobgate up``; cookies ignore ports."""
+    assert strip_jobgate_cookies(header) == kept, name
 
 
 def test_set_cookie_attributes() -> None:

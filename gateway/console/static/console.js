@@ -1,0 +1,576 @@
+// jobgate console: small vanilla JS over the public /v1 API (same origin, sign-in cookie).
+// Every write sends the page's CSRF token; the API applies the same rules as for a key.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || "";
+const PAGE = document.body.dataset.page;
+const ADMIN = document.body.dataset.admin === "true";
+const USER = document.body.dataset.user || "";
+const ENDED = new Set(["SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"]);
+
+class Problem extends Error {
+  constructor(status, body) {
+    super(body.detail || body.title || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function api(method, path, body, headers = {}) {
+  const init = { method, credentials: "same-origin", headers: { Accept: "application/json", ...headers } };
+  if (method !== "GET") init.headers["X-CSRF-Token"] = CSRF;
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401) { window.location.assign("/sign-in"); throw new Problem(401, {}); }
+  const text = await response.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!response.ok) throw new Problem(response.status, data || {});
+  return data;
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "width") node.style.width = v; // CSSOM: allowed by the page's CSP
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+// Re-render *container* with *render* and give focus back to the same control of the
+// same row (keyboard users must not lose their place when a live list refreshes).
+function keepFocus(container, render) {
+  const active = document.activeElement;
+  const owner = active && container.contains(active) ? active.closest("[data-key]") : null;
+  const controls = owner ? [...owner.querySelectorAll("a, button, input, select")] : [];
+  const index = controls.indexOf(active);
+  const key = owner?.dataset.key;
+  render();
+  if (key === undefined || index < 0) return;
+  const again = container.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  again?.querySelectorAll("a, button, input, select")[index]?.focus();
+}
+
+function age(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return `${Math.floor(s)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function duration(session) {
+  if (!session.started_at) return age(session.created_at);
+  const end = session.ended_at ? Date.parse(session.ended_at) : Date.now();
+  const s = Math.max(0, (end - Date.parse(session.started_at)) / 1000);
+  return `${age(session.created_at)} (ran ${s < 60 ? Math.floor(s) + "s" : Math.floor(s / 60) + "m"})`;
+}
+
+function statusBadge(status) {
+  return el("span", { class: `status s-${status}` }, status);
+}
+
+function amount(slot, value) {
+  if (slot !== "mem" || !/^\d+$/.test(String(value))) return String(value);
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"]; let n = Number(value); let u = 0;
+  while (n >= 1024 && u < units.length - 1) { n /= 1024; u++; }
+  return `${+n.toFixed(1)} ${units[u]}`;
+}
+
+// "cuda.shares 0.5 on mock-cuda-0" per allocated device, per container
+function allocations(session) {
+  const lines = [];
+  for (const k of session.kernels) {
+    const devices = new Set();
+    for (const [slot, perDevice] of Object.entries(k.devices || {})) {
+      for (const [device, share] of Object.entries(perDevice)) {
+        lines.push(`${slot} ${share} on ${device}`);
+        devices.add(slot);
+      }
+    }
+    for (const [slot, value] of Object.entries(k.slots || {})) {
+      if (!devices.has(slot)) lines.push(`${slot} ${amount(slot, value)}`);
+    }
+    if (session.kernels.length > 1) lines.push(`  (container ${k.index})`);
+  }
+  if (!lines.length) {
+    for (const [slot, value] of Object.entries(session.resources)) lines.push(`${slot} ${amount(slot, value)}`);
+  }
+  return lines;
+}
+
+// shell-like words: spaces split, '…' and "…" group, \ escapes
+function words(text) {
+  const out = []; let cur = ""; let quote = null; let has = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quote) {
+      if (c === quote) quote = null;
+      else if (c === "\\" && quote === '"' && i + 1 < text.length) cur += text[++i];
+      else cur += c;
+    } else if (c === "'" || c === '"') { quote = c; has = true; }
+    else if (c === "\\" && i + 1 < text.length) { cur += text[++i]; has = true; }
+    else if (/\s/.test(c)) { if (has || cur) out.push(cur); cur = ""; has = false; }
+    else cur += c;
+  }
+  if (quote) throw new Error("an unclosed quote");
+  if (has || cur) out.push(cur);
+  return out;
+}
+
+// ---- sessions list ------------------------------------------------------------------
+function sessionsPage() {
+  const tbody = document.querySelector("#sessions tbody");
+  const note = document.getElementById("list-status");
+  const selected = new Set();
+  const terminate = document.getElementById("terminate-selected");
+  const selectAll = document.getElementById("select-all");
+  const f = {
+    status: document.getElementById("f-status"), type: document.getElementById("f-type"),
+    scope: document.getElementById("f-scope"), project: document.getElementById("f-project"),
+  };
+  let shown = [];
+
+  function query() {
+    const q = new URLSearchParams({ limit: "200" });
+    const st = f.status.value;
+    if (st === "live") ["PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING"].forEach((s) => q.append("status", s));
+    else if (st) q.append("status", st);
+    if (f.type.value) q.append("type", f.type.value);
+    if (f.scope.value === "all") q.set("all", "true");
+    return q;
+  }
+
+  function render(items) {
+    const project = f.project.value.trim();
+    shown = project ? items.filter((s) => s.project === project) : items;
+    const rows = shown.map((s) => {
+      const box = el("input", { type: "checkbox", "aria-label": `Select ${s.name || s.id.slice(0, 8)}` });
+      box.checked = selected.has(s.id);
+      box.disabled = ENDED.has(s.status);
+      box.addEventListener("change", () => { box.checked ? selected.add(s.id) : selected.delete(s.id); sync(); });
+      const reason = s.status === "PENDING" ? s.pending_reason || s.status_reason : (ENDED.has(s.status) ? s.status_reason : "");
+      return el("tr", { "data-id": s.id, "data-key": s.id, "data-name": s.name || "", "data-status": s.status },
+        el("td", {}, box),
+        el("td", {}, el("a", { href: `/sessions/${s.id}` }, s.name || s.id.slice(0, 8)),
+          f.scope.value === "all" ? el("small", { class: "owner" }, ` ${s.owner}`) : null),
+        el("td", {}, s.type),
+        el("td", { class: "status-cell" }, statusBadge(s.status),
+          reason ? el("div", { class: "reason" }, reason) : null),
+        el("td", { class: "alloc" }, allocations(s).map((line) => el("div", {}, line))),
+        el("td", {}, s.node || "—"),
+        el("td", {}, duration(s)));
+    });
+    keepFocus(tbody, () => tbody.replaceChildren(...rows));
+    if (!rows.length) tbody.append(el("tr", {}, el("td", { colspan: "7", class: "empty" }, "No sessions. Launch one.")));
+    sync();
+  }
+
+  function sync() {
+    for (const id of [...selected]) if (!shown.some((s) => s.id === id && !ENDED.has(s.status))) selected.delete(id);
+    terminate.disabled = selected.size === 0;
+    terminate.textContent = selected.size ? `Terminate selected (${selected.size})` : "Terminate selected";
+  }
+
+  let timer = null;
+  async function refresh() {
+    clearTimeout(timer);
+    try {
+      const page = await api("GET", `/v1/sessions?${query()}`);
+      render(page.items);
+      note.textContent = "";
+    } catch (e) {
+      if (e.status !== 401) note.textContent = `Could not refresh: ${e.message}`;
+    }
+    timer = setTimeout(refresh, 1500);
+  }
+
+  selectAll.addEventListener("change", () => {
+    for (const s of shown) if (!ENDED.has(s.status)) (selectAll.checked ? selected.add(s.id) : selected.delete(s.id));
+    render(shown);
+  });
+  terminate.addEventListener("click", async () => {
+    const ids = [...selected];
+    if (!ids.length || !window.confirm(`Terminate ${ids.length} session(s)?`)) return;
+    const failed = [];
+    for (const id of ids) {
+      try { await api("DELETE", `/v1/sessions/${id}`); } catch (e) { failed.push(e.message); }
+      selected.delete(id);
+    }
+    note.textContent = failed.length ? `Not terminated: ${failed.join("; ")}` : `Terminating ${ids.length} session(s).`;
+    refresh();
+  });
+  for (const input of Object.values(f)) input.addEventListener("change", refresh);
+  f.project.addEventListener("input", () => render(shown));
+  launchDialog(refresh);
+  refresh();
+}
+
+// ---- launch dialog ------------------------------------------------------------------
+function launchDialog(onLaunched) {
+  const dialog = document.getElementById("launch");
+  const form = document.getElementById("launch-form");
+  const image = form.elements.image; const version = form.elements.version;
+  const slot = form.elements.accel_slot; const amount = form.elements.accel;
+  const fit = document.getElementById("accel-fit");
+  let images = {}; let nodes = [];
+
+  function groupImages(list) {
+    const byName = {};
+    for (const item of list) {
+      const at = item.name.lastIndexOf(":");
+      const slash = item.name.lastIndexOf("/");
+      const [name, tag] = at > slash ? [item.name.slice(0, at), item.name.slice(at + 1)] : [item.name, "latest"];
+      (byName[name] ||= []).push(tag);
+    }
+    return byName;
+  }
+
+  function fillVersions() {
+    const tags = images[image.value] || [];
+    version.replaceChildren(...tags.map((t) => el("option", { value: t }, t)));
+    version.disabled = !tags.length;
+  }
+
+  function groupNodes() { return nodes.filter((n) => n.resource_group === form.elements.resource_group.value); }
+
+  function showFit() {
+    const name = slot.value;
+    if (!name) { fit.textContent = ""; amount.disabled = true; return; }
+    amount.disabled = false;
+    const live = groupNodes().filter((n) => n.status === "ready" && n.admin_state === "ready");
+    const quantum = live.map((n) => n.slot_types?.[name]?.quantum).find(Boolean) || "1";
+    const unit = live.map((n) => n.slot_types?.[name]?.unit).find(Boolean) || "";
+    amount.step = quantum; amount.min = "0";
+    document.getElementById("accel-unit").textContent = `(${name}, steps of ${quantum}${unit ? " " + unit : ""})`;
+    let total = 0; let largest = 0;
+    for (const n of live) {
+      total += Number(n.free[name] || 0);
+      for (const d of n.devices) {
+        if (d.slot !== name || d.health !== "healthy") continue;
+        largest = Math.max(largest, Number(d.capacity) - Number(n.device_used?.[d.id] || 0));
+      }
+    }
+    fit.textContent = `Fits now: up to ${+largest.toFixed(3)} on one device; ${+total.toFixed(3)} free in this group.`;
+  }
+
+  async function load() {
+    const [imageList, nodeList, groups] = await Promise.all([
+      api("GET", "/v1/images"), api("GET", "/v1/nodes"), api("GET", "/v1/resource-groups").catch(() => []),
+    ]);
+    images = groupImages(imageList);
+    image.replaceChildren(el("option", { value: "" }, "runtime default"),
+      ...Object.keys(images).sort().map((n) => el("option", { value: n }, n)));
+    fillVersions();
+    nodes = nodeList.items;
+    const names = new Set(groups.map((g) => g.name).concat(nodes.map((n) => n.resource_group)));
+    const group = form.elements.resource_group;
+    const was = group.value || "default";
+    group.replaceChildren(...[...names].sort().map((g) => el("option", { value: g }, g)));
+    if (names.has(was)) group.value = was;
+    const slots = new Set();
+    for (const n of nodes) for (const s of Object.keys(n.slot_types || {})) slots.add(s);
+    const chosen = slot.value;
+    slot.replaceChildren(el("option", { value: "" }, "none"), ...[...slots].sort().map((s) => el("option", { value: s }, s)));
+    if (slots.has(chosen)) slot.value = chosen;
+    else if (slots.size) slot.value = [...slots].sort()[0];
+    showFit();
+  }
+
+  function clearErrors() {
+    for (const p of form.querySelectorAll(".error")) p.textContent = "";
+    for (const i of form.querySelectorAll("[aria-invalid]")) i.removeAttribute("aria-invalid");
+  }
+
+  function fieldError(field, message) {
+    let key = field;
+    if (slot.value && field === `resources.${slot.value}`) key = "accelerator";
+    let box = null;
+    for (let k = key; k && !box; k = k.includes(".") ? k.slice(0, k.lastIndexOf(".")) : "") {
+      box = form.querySelector(`[data-field="${CSS.escape(k)}"]`);
+    }
+    const holder = box || form;
+    const p = box ? box.querySelector(".error") : document.getElementById("err-form");
+    p.textContent = box ? message : `${field}: ${message}`;
+    holder.querySelectorAll("input, select, textarea").forEach((i) => i.setAttribute("aria-invalid", "true"));
+    (box?.querySelector("input, select, textarea") || p).focus?.();
+  }
+
+  function request() {
+    const v = form.elements; const body = { type: v.type.value };
+    if (v.name.value.trim()) body.name = v.name.value.trim();
+    const ref = v.image_ref.value.trim();
+    if (ref) body.image = ref;
+    else if (image.value) body.image = `${image.value}:${version.value || "latest"}`;
+    try { const cmd = words(v.command.value.trim()); if (cmd.length) body.command = cmd; }
+    catch (e) { throw { field: "command", message: e.message }; }
+    const env = {};
+    for (const line of v.env.value.split("\n").map((l) => l.trim()).filter(Boolean)) {
+      const eq = line.indexOf("=");
+      if (eq < 1) throw { field: "env", message: `not NAME=value: ${line}` };
+      env[line.slice(0, eq)] = line.slice(eq + 1);
+    }
+    if (Object.keys(env).length) body.env = env;
+    if (v.workdir.value.trim()) body.workdir = v.workdir.value.trim();
+    const resources = {};
+    if (v.cpu.value) resources.cpu = v.cpu.value;
+    if (v.mem.value.trim()) resources.mem = v.mem.value.trim();
+    if (slot.value && Number(amount.value) > 0) resources[slot.value] = amount.value;
+    if (Object.keys(resources).length) body.resources = resources;
+    body.resource_group = v.resource_group.value || "default";
+    body.cluster_size = Number(v.cluster_size.value || 1);
+    const mounts = [];
+    for (const line of v.mounts.value.split("\n").map((l) => l.trim()).filter(Boolean)) {
+      const [source, target, mode] = line.split(":");
+      if (!source || !target) throw { field: "mounts", message: `not /host/path:/in/session: ${line}` };
+      mounts.push({ source, target, read_only: mode === "ro" });
+    }
+    if (mounts.length) body.mounts = mounts;
+    body.priority = Number(v.priority.value || 50);
+    if (v.starts_at.value.trim()) body.starts_at = v.starts_at.value.trim();
+    const count = Number(v.count.value || 1);
+    if (!Number.isInteger(count) || count < 1 || count > 32) throw { field: "count", message: "between 1 and 32" };
+    return [body, count];
+  }
+
+  document.getElementById("open-launch").addEventListener("click", () => {
+    clearErrors();
+    dialog.showModal();
+    load().catch((e) => fieldError("form", e.message));
+  });
+  document.getElementById("launch-cancel").addEventListener("click", () => dialog.close());
+  image.addEventListener("change", fillVersions);
+  slot.addEventListener("change", showFit);
+  form.elements.resource_group.addEventListener("change", showFit);
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors();
+    let body; let count;
+    try { [body, count] = request(); } catch (e) { fieldError(e.field || "form", e.message); return; }
+    const submit = document.getElementById("launch-submit");
+    submit.disabled = true;
+    const batch = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+    try {
+      // one create per session: the API has no array create yet (issue 17)
+      for (let i = 1; i <= count; i++) {
+        const one = { ...body };
+        if (body.name && count > 1) one.name = `${body.name}-${i}`;
+        try {
+          await api("POST", "/v1/sessions", one, { "Idempotency-Key": `console-${batch}-${i}` });
+        } catch (e) {
+          if (!(e instanceof Problem)) throw e;
+          const errors = e.body.errors || [{ field: e.body.field || "form", message: e.body.detail || e.message }];
+          for (const err of errors) fieldError(err.field || "form", err.message);
+          if (i > 1) document.getElementById("err-form").textContent += ` (${i - 1} of ${count} were launched)`;
+          return;
+        }
+      }
+      dialog.close();
+      onLaunched();
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
+// ---- one session ----------------------------------------------------------------------
+function sessionPage() {
+  const id = document.getElementById("session").dataset.id;
+  const logs = document.getElementById("s-logs");
+  const follow = document.getElementById("s-follow");
+  let source = null; let current = null;
+
+  function facts(s) {
+    const rows = [
+      ["Type", s.type], ["Owner", s.owner], ["Project", s.project || "—"], ["Image", s.image || "runtime default"],
+      ["Command", s.command.map((w) => (/[\s"'$;]/.test(w) ? `'${w.replaceAll("'", "'\\''")}'` : w)).join(" ") || "—"], ["Resources", allocations(s).join(", ") || "—"],
+      ["Resource group", s.resource_group], ["Priority", s.priority], ["Cluster size", s.cluster_size],
+      ["Node", s.node || "—"], ["Created", new Date(s.created_at).toLocaleString()],
+      ["Started", s.started_at ? new Date(s.started_at).toLocaleString() : "—"],
+      ["Ended", s.ended_at ? new Date(s.ended_at).toLocaleString() : "—"],
+      ["Exit code", s.exit_code ?? "—"], ["Id", s.id],
+    ];
+    if (s.idle_deadline) rows.push(["Idle until", new Date(s.idle_deadline).toLocaleString()]);
+    return rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]);
+  }
+
+  async function apps(s) {
+    const holder = document.getElementById("s-apps");
+    if (!s.apps.length) { holder.replaceChildren(); return; }
+    const list = await api("GET", `/v1/sessions/${id}/apps`);
+    holder.replaceChildren(...list.map((a) => el("button", {
+      type: "button", class: "app", "data-app": a.name, disabled: !a.ready,
+      title: a.ready ? `Open ${a.name} in a new tab` : `${a.name} opens once the session runs`,
+      onclick: async () => {
+        const win = window.open("", "_blank");
+        try {
+          const link = await api("POST", `/v1/sessions/${id}/apps/${encodeURIComponent(a.name)}`);
+          if (win) { win.opener = null; win.location.href = link.url; } else window.location.assign(link.url);
+        } catch (e) { if (win) win.close(); document.getElementById("s-reason").textContent = e.message; }
+      },
+    }, `Open ${a.name}`)));
+  }
+
+  async function refresh() {
+    let s;
+    try { s = await api("GET", `/v1/sessions/${id}`); } catch (e) { return; }
+    const changed = !current || current.status !== s.status;
+    current = s;
+    document.getElementById("s-title").textContent = s.name || s.id.slice(0, 8);
+    document.getElementById("s-status").replaceChildren(statusBadge(s.status));
+    document.getElementById("s-reason").textContent = s.status === "PENDING" ? s.pending_reason || s.status_reason : s.status_reason;
+    document.getElementById("s-facts").replaceChildren(...facts(s));
+    document.getElementById("s-terminate").disabled = ENDED.has(s.status);
+    document.querySelector("#s-kernels tbody").replaceChildren(...s.kernels.map((k) => el("tr", {},
+      el("td", {}, k.index), el("td", {}, k.status), el("td", {}, k.node || "—"),
+      el("td", {}, allocations({ kernels: [k], resources: {} }).join(", ")),
+      el("td", {}, Object.entries(k.ports).map(([n, p]) => `${n}:${p}`).join(", ") || "—"),
+      el("td", {}, k.exit_code ?? "—"))));
+    document.querySelector("#s-history tbody").replaceChildren(...(s.history || []).map((h) => el("tr", {},
+      el("td", {}, new Date(h.at).toLocaleTimeString()), el("td", {}, h.from_status || "—"),
+      el("td", {}, statusBadge(h.to_status)), el("td", {}, h.reason))));
+    if (changed) apps(s).catch(() => {});
+  }
+
+  function startFollow() {
+    stopFollow();
+    logs.textContent = "";
+    source = new EventSource(`/v1/sessions/${id}/logs?follow=true`);
+    source.addEventListener("log", (e) => {
+      const d = JSON.parse(e.data);
+      const atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
+      logs.append(d.stream === "stderr" ? el("span", { class: "stderr" }, d.data) : d.data);
+      if (atEnd) logs.scrollTop = logs.scrollHeight;
+    });
+    source.addEventListener("status", () => refresh());
+    source.addEventListener("end", () => { stopFollow(); refresh(); });
+    source.onerror = () => { if (source && source.readyState === EventSource.CLOSED) stopFollow(); };
+  }
+  function stopFollow() { if (source) { source.close(); source = null; } }
+
+  follow.addEventListener("change", async () => {
+    if (follow.checked) startFollow();
+    else { stopFollow(); }
+  });
+  document.getElementById("s-terminate").addEventListener("click", async () => {
+    if (!window.confirm("Terminate this session?")) return;
+    try { await api("DELETE", `/v1/sessions/${id}`); } catch (e) { document.getElementById("s-reason").textContent = e.message; }
+    refresh();
+  });
+  refresh().then(() => {
+    if (current && ENDED.has(current.status)) {
+      follow.checked = false;
+      api("GET", `/v1/sessions/${id}/logs?format=json`).then((r) => {
+        logs.replaceChildren(...r.items.map((x) => x.stream === "stderr" ? el("span", { class: "stderr" }, x.data) : x.data));
+      });
+    } else startFollow();
+  });
+  setInterval(() => { if (!current || !ENDED.has(current.status)) refresh(); }, 3000);
+}
+
+// ---- nodes -----------------------------------------------------------------------------
+function bar(label, parts, capacity) {
+  const cap = Number(capacity) || 1;
+  const used = parts.reduce((a, p) => a + p.amount, 0);
+  const title = parts.map((p) => `${p.who} ${amount(label, +p.amount.toFixed(3))}`).join(", ") || "free";
+  return el("div", { class: "meter", role: "img", "aria-label": `${label}: ${+used.toFixed(3)} of ${capacity} used (${title})` },
+    el("span", { class: "meter-label" }, label),
+    el("span", { class: "meter-track" }, parts.map((p, i) => el("span", {
+      class: `meter-part p${i % 6}${p.others ? " others" : ""}`, width: `${(100 * p.amount) / cap}%`, title: `${p.who}: ${p.amount}`,
+    }, ""))),
+    el("span", { class: "meter-text" }, `${amount(label, +used.toFixed(3))} / ${amount(label, capacity)}`,
+      parts.length ? ` — ${title}` : ""));
+}
+
+function nodesPage() {
+  const holder = document.getElementById("nodes");
+  async function refresh() {
+    let nodes; let sessions;
+    try {
+      [nodes, sessions] = await Promise.all([
+        api("GET", "/v1/nodes"),
+        api("GET", `/v1/sessions?limit=500${ADMIN ? "&all=true" : ""}&status=SCHEDULED&status=PREPARING&status=RUNNING&status=TERMINATING`),
+      ]);
+    } catch (e) { setTimeout(refresh, 3000); return; }
+    const holders = {}; // node -> device -> [{who, amount}]
+    for (const s of sessions.items) for (const k of s.kernels) {
+      if (!k.node) continue;
+      for (const perDevice of Object.values(k.devices || {})) for (const [d, amount] of Object.entries(perDevice)) {
+        ((holders[k.node] ||= {})[d] ||= []).push({ who: `${s.name || s.id.slice(0, 8)}${ADMIN ? " (" + s.owner + ")" : ""}`, amount: Number(amount) });
+      }
+    }
+    keepFocus(holder, () => holder.replaceChildren(...nodes.items.map((n) => {
+      const slots = Object.keys(n.capacity).sort().map((slot) => bar(slot, [{ who: "in use", amount: Number(n.occupied[slot] || 0) }].filter((p) => p.amount > 0), n.capacity[slot]));
+      const devices = n.devices.map((d) => {
+        const parts = [...((holders[n.id] || {})[d.id] || [])];
+        const known = parts.reduce((a, p) => a + p.amount, 0);
+        const rest = Number(n.device_used?.[d.id] || 0) - known;
+        if (rest > 1e-9) parts.push({ who: "others", amount: rest, others: true });
+        return el("li", { class: `device health-${d.health}` },
+          el("div", {}, el("strong", {}, d.id), ` ${d.model}, ${(d.memory / 2 ** 30).toFixed(0)} GiB, ${d.health}`),
+          bar(d.slot, parts, d.capacity));
+      });
+      const actions = ADMIN ? el("div", { class: "actions" }, ["drain", "cordon", "uncordon"].map((a) => el("button", {
+        type: "button", "data-action": a, "aria-label": `${a} ${n.hostname}`,
+        disabled: (a === "uncordon") === (n.admin_state === "ready"),
+        onclick: async () => { await api("POST", `/v1/nodes/${encodeURIComponent(n.id)}/${a}`); refresh(); },
+      }, a))) : null;
+      return el("section", { class: "node", "data-node": n.id, "data-key": n.id, "aria-label": `Node ${n.hostname}` },
+        el("h2", {}, n.hostname, " ", el("span", { class: `status s-${n.status}` }, n.status),
+          n.admin_state !== "ready" ? el("span", { class: "status s-CANCELLED" }, n.admin_state) : null),
+        el("p", { class: "hint" }, `${n.id} · ${n.runtime} · group ${n.resource_group} · ${n.arch} · ${n.running_kernels} running · limits ${n.limits_enforced ? "enforced" : "not enforced"}`),
+        el("div", { class: "meters" }, slots),
+        devices.length ? el("ul", { class: "devices" }, devices) : null,
+        actions);
+    })));
+    if (!nodes.items.length) holder.replaceChildren(el("p", {}, "No nodes have registered yet."));
+    setTimeout(refresh, 2000);
+  }
+  refresh();
+}
+
+// ---- admin -----------------------------------------------------------------------------
+function table(id, rows) {
+  const t = document.getElementById(id);
+  if (!rows.length) { t.replaceChildren(el("tbody", {}, el("tr", {}, el("td", {}, "none")))); return; }
+  const keys = Object.keys(rows[0]);
+  const show = (v) => (v !== null && typeof v === "object" ? JSON.stringify(v) : String(v ?? "—"));
+  t.replaceChildren(el("thead", {}, el("tr", {}, keys.map((k) => el("th", { scope: "col" }, k)))),
+    el("tbody", {}, rows.map((r) => el("tr", {}, keys.map((k) => el("td", {}, show(r[k])))))));
+}
+
+function adminPage() {
+  async function refresh() {
+    const [users, projects, policies, groups] = await Promise.all(
+      ["/v1/users", "/v1/projects", "/v1/policies", "/v1/resource-groups"].map((p) =>
+        api("GET", p).catch((e) => [{ error: `could not load ${p}: ${e.message}` }])));
+    table("a-users", users); table("a-projects", projects); table("a-policies", policies); table("a-groups", groups);
+  }
+  const form = document.getElementById("user-form");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const err = document.getElementById("err-user"); err.textContent = "";
+    try {
+      const user = await api("POST", "/v1/users", { name: form.elements.name.value, role: form.elements.role.value });
+      const key = await api("POST", `/v1/users/${encodeURIComponent(user.name)}/keys`, { name: "console" });
+      const note = document.getElementById("new-key");
+      note.hidden = false;
+      note.replaceChildren(`${user.name}'s API key (shown once, store it now): `, el("code", {}, key.key));
+      form.reset(); refresh();
+    } catch (e) { err.textContent = e.message; }
+  });
+  refresh();
+}
+
+({ sessions: sessionsPage, session: sessionPage, nodes: nodesPage, admin: adminPage })[PAGE]?.();
