@@ -72,6 +72,10 @@ MATRIX: dict[str, str] = {
     "POST /v1/users/{name}/keys": SELF,
     "GET /v1/users/{name}/keys": SELF,
     "DELETE /v1/users/{name}/keys/{key_id}": SELF,
+    # working directories: users upload and check, nodes fetch
+    "HEAD /v1/blobs/{digest}": USER,
+    "PUT /v1/blobs/{digest}": USER,
+    "GET /v1/blobs/{digest}": NODE,
     # worker nodes
     "POST /v1/internal/kernels/{kernel_id}/logs": NODE,
 }
@@ -127,6 +131,7 @@ async def world(stack: Stack) -> World:
             "user": "nobody",
             "kernel_id": "no-such-kernel",
             "key_id": spare["id"],
+            "digest": "sha256:" + "0" * 64,
         },
     )
 
@@ -148,7 +153,8 @@ def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
     if r.status_code >= 500:
         return False
     want = expected(rule, principal)
-    hidden = r.status_code == 404 and r.json().get("detail", "").startswith("no session")
+    body = r.json() if r.content else {}  # HEAD answers carry no body
+    hidden = r.status_code == 404 and body.get("detail", "").startswith("no session")
     if want is not None:
         # someone else's session is answered exactly as one that does not exist
         return r.status_code in want and (rule != OWNER or principal in KEYLESS or hidden)
