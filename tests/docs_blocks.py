@@ -8,6 +8,8 @@ Conventions (also in the README's "Developing" section):
   printed (stdout and stderr together, in any order); ``...`` stands for anything;
 * a command that exits non-zero fails the block, unless the next command is ``echo $?``
   and shows the code;
+* the default addresses ``127.0.0.1:8420`` and ``127.0.0.1:8421`` stand for the
+  gateway and proxy of the stack under test;
 * ``jobgate up`` (with or without ``VAR=value`` in front) is the stack the test started
   itself: it is not run again;
 * a block preceded by ``<!-- docs-test: podman -->`` runs only against the Podman stack;
@@ -100,14 +102,18 @@ def _marker(lines: list[str], fence: int) -> tuple[str, str]:
     return found.group(1), found.group(2) or ""
 
 
-def script(block: Block) -> str:
-    """A bash script running the block's commands, each one's output between tags."""
-    parts = ["set +e"]
+def script(block: Block, ports: dict[str, str] | None = None) -> str:
+    """A bash script running the block's commands, each one's output between tags;
+    *ports* maps the docs' addresses (``127.0.0.1:8420``) to the stack's."""
+    ports = ports or {}
+    parts = ["set +e", "__rc=0"]
     for n, command in enumerate(block.commands):
         body = ":  # the stack under test is already up" if command.is_up else command.text
+        for default, actual in ports.items():
+            body = body.replace(default, actual)
         parts.append(
-            f"printf '\\n{_TAG} {n} begin\\n'\n{{ {body}\n}} 2>&1\n__rc=$?\n"
-            f"printf '\\n{_TAG} {n} rc %d\\n' $__rc\n(exit $__rc)"
+            f"printf '\\n{_TAG} {n} begin\\n'\n(exit $__rc)  # $? of the command before\n"
+            f"{{ {body}\n}} 2>&1\n__rc=$?\nprintf '\\n{_TAG} {n} rc %d\\n' $__rc"
         )
     return "\n".join(parts) + "\n"
 

@@ -53,8 +53,12 @@ def podman_up(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> I
 
 def run_block(up: UpStack, block: Block, timeout: float = 300.0) -> None:
     env = up.environ() | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    ports = {
+        "127.0.0.1:8420": f"127.0.0.1:{up.port}",
+        "127.0.0.1:8421": f"127.0.0.1:{up.proxy_port}",
+    }
     result = subprocess.run(
-        ["bash", "-c", script(block)],
+        ["bash", "-c", script(block, ports)],
         env=env,
         cwd=up.tmp / "work",
         capture_output=True,
