@@ -241,10 +241,12 @@ class Stack:
 
     def _default_image(self, socket: str) -> str:
         """The image of sessions that name none: --image, else the first one present."""
-        if self.image:
-            where = "here" if image_present(socket, self.image) else "pulled on first use"
-            self.say(f"  image      {self.image} (--image; {where})")
-            return self.image
+        given = self.image or os.environ.get("JOBGATE_DEFAULT_IMAGE", "")
+        if given:
+            where = "here" if image_present(socket, given) else "pulled on first use"
+            source = "--image" if self.image else "JOBGATE_DEFAULT_IMAGE"
+            self.say(f"  image      {given} ({source}; {where})")
+            return given
         for image in DEFAULT_IMAGES:
             if image_present(socket, image):
                 self.say(f"  image      {image} (default for sessions without --image)")

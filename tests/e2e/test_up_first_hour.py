@@ -86,6 +86,7 @@ def test_podman_up_runs_what_it_prints_and_two_stacks_keep_their_own_containers(
     (node_a,) = a.cli_json("nodes", "ls")
     (node_b,) = b.cli_json("nodes", "ls")
     assert node_a["id"] != node_b["id"]
+    assert node_a["images"] == "required"  # what the gateway's submit check goes by
     (container_a,) = containers(podman_socket, kept)
     (container_b,) = containers(podman_socket, other)
     assert container_a["Labels"]["jobgate.node"] == node_a["id"]

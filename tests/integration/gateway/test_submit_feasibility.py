@@ -4,6 +4,9 @@ ago is never overlooked (refusals re-read the nodes)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from harness import Stack
 
 
@@ -31,6 +34,16 @@ async def test_podman_nodes_refuse_a_session_without_an_image_at_submit(
     assert huge.status_code == 422
     assert huge.json()["field"] == "resources.cpu"
     assert f"the largest has {node['capacity']['cpu']}" in huge.json()["detail"]
+    # the one queued before the node came waits with a reason (the images filter),
+    # it is never started there to end ERROR
+    deadline = time.monotonic() + 30
+    while "needs an image" not in (
+        (early := await stack.get(queued.json()["id"]))["pending_reason"] or ""
+    ):
+        assert time.monotonic() < deadline, early
+        await asyncio.sleep(0.2)
+    assert early["status"] == "PENDING"
+    assert early["pending_reason"] == "no node fits: 1 node needs an image"
 
     stack.settings.default_image = "localhost/jobgate-python:3.11"  # the operator's default
     async with stack.client() as api:
