@@ -62,6 +62,7 @@ def two_podman_stacks(tmp_path: Path, podman_socket: str) -> Iterator[tuple[UpSt
         a.close()
 
 
+@pytest.mark.timeout(420)  # two whole stacks, one after the other
 def test_podman_up_runs_what_it_prints_and_two_stacks_keep_their_own_containers(
     two_podman_stacks: tuple[UpStack, UpStack], podman_socket: str
 ) -> None:
