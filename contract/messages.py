@@ -152,6 +152,8 @@ class NodeInfo(_Message):
     capacity: dict[str, str]  # ResourceSlots.to_json()
     limits_enforced: bool = False
     bind_mounts: bool = True  # older workers did not say: their runtimes refuse at start
+    #: the runtime's use of images: "required" | "ignored" | "optional" (older workers)
+    images: str = "optional"
     cgroup: str = "n/a"
     runtime_detail: str = ""
     version: str = ""

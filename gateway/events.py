@@ -109,6 +109,7 @@ class EventHandler:
         node.fraction_enforcement = info.fraction_enforcement
         node.limits_enforced = info.limits_enforced
         node.bind_mounts = info.bind_mounts
+        node.images = info.images
         node.cgroup = info.cgroup
         node.runtime_detail = info.runtime_detail
         node.agent_version = info.version

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,10 +42,17 @@ import redis
 
 from contract.keys import EVENTS_QUEUE
 from gateway.config import async_database_url
-from jobgate.localnet import redis_server_argv
+from jobgate.localnet import port_open, redis_server_argv
 from jobgate.profile import Profile
 
-__all__ = ["Stack", "StackError", "find_podman_socket"]
+__all__ = [
+    "DEFAULT_IMAGES",
+    "Stack",
+    "StackError",
+    "find_podman_socket",
+    "image_present",
+    "podman_answers",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -58,13 +66,33 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _podman_answers(url: str) -> bool:
+def podman_answers(url: str) -> bool:
     path = url.removeprefix("unix://")
     if not Path(path).exists():
         return False
     try:
         with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=2.0) as c:
             return c.get("http://podman/_ping").text.strip() == "OK"
+    except httpx.HTTPError:
+        return False
+
+
+#: images ``jobgate up`` on Podman takes as the default, the first one present wins:
+#: the Python image scripts/build-test-images.sh builds offline, then the public ones
+DEFAULT_IMAGES = (
+    "localhost/jobgate-python:3.11",
+    "docker.io/library/python:3.11-slim",
+    "docker.io/library/python:3.12-slim",
+)
+
+
+def image_present(socket: str, image: str) -> bool:
+    """Whether *image* is in the store of the Podman service at *socket*."""
+    path = socket.removeprefix("unix://")
+    quoted = urllib.parse.quote(image, safe="")
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=5.0) as c:
+            return c.get(f"http://podman/v4.0.0/libpod/images/{quoted}/exists").status_code == 204
     except httpx.HTTPError:
         return False
 
@@ -83,7 +111,7 @@ def find_podman_socket() -> str | None:
         candidates.append(f"unix:///run/user/{uid}/podman/podman.sock")
     except KeyError:
         pass
-    return next((c for c in candidates if _podman_answers(c)), None)
+    return next((c for c in candidates if podman_answers(c)), None)
 
 
 @dataclass
@@ -137,6 +165,7 @@ class Stack:
     proxy_port: int = 8421
     host: str = "127.0.0.1"
     runtime: str = "auto"  # auto | podman | process | sim
+    image: str = ""  # default image of sessions that name none (podman); "" = choose
     say: Callable[[str], None] = print
     components: dict[str, Component] = field(default_factory=dict)
     redis_url: str = ""
@@ -147,6 +176,7 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         self._lock()
+        self._check_ports()
         secrets_ = self._secrets()
         self.redis_url = self._redis()
         database_url = self._database()
@@ -166,6 +196,7 @@ class Stack:
         }
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
+            env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)
         if os.environ.get("JOBGATE_MOCK_DEVICES"):
             env.setdefault("JOBGATE_ALLOW_UNENFORCED_FRACTIONS", "true")
             self.say(
@@ -177,6 +208,7 @@ class Stack:
             "gateway", [*me, "gateway", "serve", "--host", self.host, "--port", str(self.port)], env
         )
         self._wait_http(f"{api}/healthz", "gateway")
+        self._check("gateway")  # answered, and it is ours: another server would leave it dead
         self.say(f"  gateway    {api}")
         self._spawn("scheduler", [*me, "scheduler", "run"], env)
         self.say("  scheduler  running")
@@ -190,6 +222,7 @@ class Stack:
             env,
         )
         self._wait_http(f"{proxy}/_jobgate/healthz", "proxy")
+        self._check("proxy")
         self.say(f"  proxy      {proxy}")
         return Profile(url=api, api_key=admin_key, proxy_url=proxy)
 
@@ -199,6 +232,31 @@ class Stack:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StackError(f"another `jobgate up` is running on {self.data_dir}") from None
+
+    def _check_ports(self) -> None:
+        """Refuse ports something else listens on: its health check would fool us."""
+        for port, flag in ((self.port, "--port"), (self.proxy_port, "--proxy-port")):
+            if port_open(port, self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"):
+                raise StackError(f"port {port} on {self.host} is in use; use {flag}")
+
+    def _default_image(self, socket: str) -> str:
+        """The image of sessions that name none: --image, else the first one present."""
+        given = self.image or os.environ.get("JOBGATE_DEFAULT_IMAGE", "")
+        if given:
+            where = "here" if image_present(socket, given) else "pulled on first use"
+            source = "--image" if self.image else "JOBGATE_DEFAULT_IMAGE"
+            self.say(f"  image      {given} ({source}; {where})")
+            return given
+        for image in DEFAULT_IMAGES:
+            if image_present(socket, image):
+                self.say(f"  image      {image} (default for sessions without --image)")
+                return image
+        image = DEFAULT_IMAGES[1]
+        self.say(
+            f"  image      {image} (default; not here yet, pulled on first use - offline, "
+            "scripts/build-test-images.sh builds localhost/jobgate-python:3.11)"
+        )
+        return image
 
     def _secrets(self) -> dict[str, str]:
         path = self.data_dir / "secrets.json"
@@ -261,6 +319,7 @@ class Stack:
 
     def _choose_runtime(self) -> tuple[str, str | None]:
         if self.runtime in ("process", "sim"):
+            self._no_image(f"--runtime {self.runtime}")
             self.say(f"  runtime    {self.runtime} (--runtime)")
             return self.runtime, None
         socket = find_podman_socket()
@@ -269,8 +328,16 @@ class Stack:
             return "podman", socket
         if self.runtime == "podman":
             raise StackError("no Podman API socket answers (run scripts/setup-podman.sh as root)")
+        self._no_image("no Podman API socket answered")
         self.say("  runtime    process (no Podman API socket answered; sessions run unisolated)")
         return "process", None
+
+    def _no_image(self, why: str) -> None:
+        if self.image:
+            raise StackError(
+                f"--image needs the podman runtime ({why}): the process runtime runs "
+                "commands on this host, without images"
+            )
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         component = Component(name, argv, env, self.data_dir / "logs" / f"{name}.log")

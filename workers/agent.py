@@ -117,6 +117,7 @@ class NodeAgent:
             capacity=capacity.to_json(),
             limits_enforced=info.limits_enforced,
             bind_mounts=info.bind_mounts,
+            images=info.images,
             cgroup=info.cgroup,
             runtime_detail=info.detail,
             version=VERSION,
@@ -306,7 +307,7 @@ class Agent:
     """Runs one or more NodeAgents until asked to stop."""
 
     def __init__(self, settings: WorkerSettings) -> None:
-        self.settings = settings
+        self.settings = settings.resolved()  # node id and instance from the data dir
         self.nodes: dict[str, NodeAgent] = {}
         self.workdirs: WorkdirCache | None = None
 
@@ -378,7 +379,7 @@ class Agent:
             )
         self.workdirs = workdirs
         for node_id in ids:
-            context = RuntimeContext(node_id=node_id, state_dir=s.state_dir)
+            context = RuntimeContext(node_id=node_id, state_dir=s.state_dir, instance=s.instance_id)
             runtime = build_runtime(runtime_name, context)
             services = NodeServices(
                 node_id, runtime, reporter, logs, StateStore(store_dir), workdirs

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Annotated
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from workers.identity import load_identity
 
 __all__ = ["WorkerSettings"]
 
@@ -27,7 +28,10 @@ class WorkerSettings(BaseSettings):
     node_token: SecretStr = SecretStr("")
     data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("jobgate")))
 
-    node_id: str = Field(default_factory=socket.gethostname)
+    #: empty: ``<hostname>-<suffix>``, the suffix kept in the data dir (workers/identity.py)
+    node_id: str = ""
+    #: set from DATA_DIR/worker/instance by :meth:`resolved`; labels every container
+    instance_id: str = ""
     #: the address the app proxy reaches this node's published ports on
     node_address: str = "127.0.0.1"
     resource_group: str = "default"
@@ -73,6 +77,15 @@ class WorkerSettings(BaseSettings):
             key, _, value = item.partition("=")
             out[key.strip()] = value.strip()
         return out
+
+    def resolved(self) -> WorkerSettings:
+        """A copy with node_id and instance_id filled in from the data dir."""
+        if self.node_id and self.instance_id:
+            return self
+        identity = load_identity(self.data_dir, self.node_id)
+        return self.model_copy(
+            update={"node_id": identity.node_id, "instance_id": identity.instance}
+        )
 
     @property
     def state_dir(self) -> Path:

@@ -113,6 +113,10 @@ class NodePublic(BaseModel):
     free: dict[str, str]
     limits_enforced: bool
     bind_mounts: bool = Field(description="its runtime can mount host directories")
+    images: str = Field(
+        description="its runtime's use of images: required (podman), ignored (process), "
+        "optional (sim)"
+    )
     cgroup: str
     runtime_detail: str
     fraction_enforcement: str | None

@@ -192,6 +192,8 @@ class Node(Base):
     limits_enforced: Mapped[bool] = mapped_column(Boolean, default=False)
     #: its runtime can bind-mount host directories (the process runtime cannot)
     bind_mounts: Mapped[bool] = mapped_column(Boolean, default=True)
+    #: its runtime's use of images: required (podman) | ignored (process) | optional
+    images: Mapped[str] = mapped_column(String(16), default="optional")
     cgroup: Mapped[str] = mapped_column(String(32), default="n/a")
     runtime_detail: Mapped[str] = mapped_column(Text, default="")
     agent_version: Mapped[str] = mapped_column(String(64), default="")

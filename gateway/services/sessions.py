@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, cast
 
 from arq.connections import ArqRedis
@@ -37,6 +38,7 @@ from gateway.db.models import (
     new_id,
 )
 from gateway.domain.errors import Forbidden, Invalid, QuotaExceeded
+from gateway.domain.feasibility import NodeShape, check_feasible
 from gateway.domain.requests import SessionCreate
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
@@ -55,6 +57,7 @@ HISTORY = cast(Table, StatusHistory.__table__)
 KERNELS = cast(Table, Kernel.__table__)
 
 POLICY_CACHE_S = 5.0
+SHAPES_CACHE_S = 10.0  # node shapes per group (feasibility at submit); refusals re-read
 BUILTIN_SLOTS = frozenset({CPU, MEM, "cuda.device", "cuda.shares", "rocm.device", "tpu.device"})
 S = SessionStatus
 
@@ -86,6 +89,7 @@ class SessionService:
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
         self._slots_cache: tuple[float, frozenset[str]] = (0.0, BUILTIN_SLOTS)
         self._limits_cache: tuple[float, dict[tuple[str, str], int]] = (-POLICY_CACHE_S, {})
+        self._shapes_cache: tuple[float, dict[str, list[NodeShape]]] = (-SHAPES_CACHE_S, {})
 
     # -- create -----------------------------------------------------------------------
     async def create(
@@ -208,6 +212,7 @@ class SessionService:
     ) -> tuple[Session, list[Kernel], str | None]:
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
         resources = await self._resources(db, body.resources)
+        image = await self._feasible(db, body, resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)
         await self._check_pending(db, principal, project_id, body.project)
@@ -223,7 +228,7 @@ class SessionService:
             status=S.PENDING,
             status_reason=f"submitted by {principal.name}",
             status_changed_at=clock(db),
-            image=body.image or self.settings.default_image or None,
+            image=image,
             command={"argv": body.command},
             env=dict(body.env),
             workdir=body.workdir,
@@ -264,6 +269,54 @@ class SessionService:
             for row in kernel_rows
         ]
         return session, kernels, body.project if project_id else None
+
+    async def _feasible(
+        self, db: AsyncSession, body: SessionCreate, resources: ResourceSlots
+    ) -> str | None:
+        """Refuse what no node of the group could ever run; return the session's image.
+
+        The group's node shapes are cached; a refusal is only given after a fresh read,
+        so a node that registered a moment ago is never overlooked.
+        """
+        group = body.resource_group
+        for fresh in (False, True):
+            shapes = await self._shapes(db, group, fresh=fresh)
+            image = body.image
+            processes_only = bool(shapes) and all(s.images == "ignored" for s in shapes)
+            if image is None and not processes_only:  # a default image means nothing there
+                image = self.settings.default_image or None
+            try:
+                check_feasible(group, shapes, resources, image)
+            except Invalid:
+                if fresh:
+                    raise
+                continue
+            return image
+        raise AssertionError("unreachable")
+
+    async def _shapes(self, db: AsyncSession, group: str, *, fresh: bool) -> list[NodeShape]:
+        stamp, cached = self._shapes_cache
+        if fresh or time.monotonic() - stamp >= SHAPES_CACHE_S or group not in cached:
+            cached = await self._load_shapes(db)
+            self._shapes_cache = (time.monotonic(), cached)
+        return cached.get(group, [])
+
+    async def _load_shapes(self, db: AsyncSession) -> dict[str, list[NodeShape]]:
+        rows = await db.execute(
+            select(Node.resource_group, Node.runtime, Node.capacity, Node.slot_types, Node.images)
+        )
+        groups: dict[str, set[NodeShape]] = {}
+        for group, runtime, capacity, slot_types, images in rows:
+            quanta = tuple(
+                sorted(
+                    (slot, Decimal(str(kind["quantum"])))
+                    for slot, kind in (slot_types or {}).items()
+                    if isinstance(kind, dict) and kind.get("quantum")
+                )
+            )
+            shape = NodeShape(runtime, ResourceSlots.from_json(capacity), quanta, images)
+            groups.setdefault(group, set()).add(shape)
+        return {group: list(shapes) for group, shapes in groups.items()}
 
     async def _project(
         self, db: AsyncSession, principal: Principal, name: str | None

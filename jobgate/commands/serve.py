@@ -6,17 +6,72 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Annotated, Any
+import urllib.parse
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
 from jobgate import logs
+
+S = TypeVar("S", bound=BaseSettings)
+
+#: what to say when a required setting is missing, beyond its name
+_HINTS = {
+    "proxy_secret": "it signs app links and cookies: use the gateway's value, "
+    "16+ characters; `jobgate up` keeps its own in DATA_DIR/secrets.json",
+    "node_token": "workers present it to the gateway to report and ship logs; "
+    "set the same long random string on the gateway and every worker",
+}
 
 gateway_app = typer.Typer(help="The API gateway.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="The scheduler.", no_args_is_help=True)
 worker_app = typer.Typer(help="The node daemon.", no_args_is_help=True)
 db_app = typer.Typer(help="The database.", no_args_is_help=True)
 proxy_app = typer.Typer(help="The app proxy.", no_args_is_help=True)
+
+
+def fail(component: str, message: str) -> typer.Exit:
+    """One line on stderr, exit status 2: what is wrong and how to fix it."""
+    typer.echo(f"jobgate {component}: {message}", err=True)
+    return typer.Exit(2)
+
+
+def load_settings(cls: type[S], component: str, **overrides: Any) -> S:
+    """Settings from the environment, or one line per bad setting (no traceback)."""
+    try:
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix") or "")
+        lines = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else ""
+            name = f"{prefix}{field}".upper()
+            what = "is not set" if error["type"] == "missing" else f"is invalid: {error['msg']}"
+            hint = _HINTS.get(field, "")
+            lines.append(f"{name} {what}" + (f" ({hint})" if hint else ""))
+        raise fail(component, "; ".join(lines)) from None
+
+
+def require(component: str, settings: BaseSettings, *fields: str) -> None:
+    """Refuse to start without a secret the component cannot work without."""
+    for name in fields:
+        value = getattr(settings, name)
+        secret = value.get_secret_value() if hasattr(value, "get_secret_value") else value
+        if not secret:
+            hint = _HINTS.get(name, "")
+            raise fail(component, f"JOBGATE_{name.upper()} is not set ({hint})")
+
+
+def redact(url: str) -> str:
+    """A URL fit for a log line: the password replaced by ***."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    netloc = user + parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 @gateway_app.command("serve")
@@ -34,7 +89,14 @@ def gateway_serve(
     from gateway.config import GatewaySettings
 
     logs.setup("gateway")
-    app = create_app(GatewaySettings(), run_events=not no_events)
+    settings = load_settings(GatewaySettings, "gateway")
+    require("gateway", settings, "node_token", "proxy_secret")
+    app = create_app(settings, run_events=not no_events)
+    typer.echo(
+        f"jobgate gateway: listening on http://{host}:{port}, database "
+        f"{redact(settings.effective_database_url)}, redis {redact(settings.redis_url)}"
+        + ("" if no_events else ", consuming worker events")
+    )
     config = uvicorn.Config(
         app,
         host=host,
@@ -55,7 +117,12 @@ def scheduler_run() -> None:
     from gateway.scheduler.runner import run_scheduler
 
     logs.setup("scheduler")
-    asyncio.run(run_scheduler(GatewaySettings()))
+    settings = load_settings(GatewaySettings, "scheduler")
+    typer.echo(
+        f"jobgate scheduler: database {redact(settings.effective_database_url)}, "
+        f"redis {redact(settings.redis_url)}"
+    )
+    asyncio.run(run_scheduler(settings))
 
 
 @worker_app.command("run")
@@ -78,7 +145,15 @@ def worker_run(
         "worker_cpu": cpu,
         "worker_mem": mem,
     }
-    settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = load_settings(WorkerSettings, "worker", **overrides).resolved()
+    require("worker", settings, "node_token")
+    if settings.worker_runtime == "podman" and settings.sim_nodes == 0:
+        _check_podman()
+    typer.echo(
+        f"jobgate worker: node {settings.node_id} ({settings.worker_runtime} runtime, "
+        f"group {settings.resource_group}), gateway {settings.gateway_url}, "
+        f"redis {redact(settings.redis_url)}"
+    )
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -88,6 +163,24 @@ def worker_run(
         await Agent(settings).run(stop)
 
     asyncio.run(main())
+
+
+def _check_podman() -> None:
+    """One line, not a traceback, when the worker's Podman API socket does not answer."""
+    from jobgate.stack import find_podman_socket, podman_answers
+    from plugins.runtimes.podman.settings import PodmanSettings
+
+    socket = load_settings(PodmanSettings, "worker").socket
+    if not socket.startswith("unix://") or podman_answers(socket):
+        return
+    found = find_podman_socket()
+    hint = (
+        f"one answers at {found}: set JOBGATE_PODMAN_SOCKET={found}"
+        if found
+        else "start the rootless Podman API service (scripts/setup-podman.sh as root "
+        "prints the JOBGATE_PODMAN_SOCKET=... line to set)"
+    )
+    raise fail("worker", f"no Podman API answers at {socket}; {hint}")
 
 
 @db_app.command("upgrade")
@@ -113,5 +206,9 @@ def proxy_serve(
     from appproxy.settings import ProxySettings
 
     logs.setup("proxy")
-    overrides: dict[str, Any] = {"proxy_host": host, "proxy_port": port}
-    serve(ProxySettings(**{k: v for k, v in overrides.items() if v is not None}))
+    settings = load_settings(ProxySettings, "proxy", proxy_host=host, proxy_port=port)
+    typer.echo(
+        f"jobgate proxy: listening on http://{settings.proxy_host}:{settings.proxy_port}, "
+        f"gateway {settings.gateway_url}, redis {redact(settings.redis_url)}"
+    )
+    serve(settings)

@@ -30,6 +30,13 @@ def up(
     runtime: Annotated[
         RuntimeChoice, typer.Option(help="auto: podman when its socket answers, else process")
     ] = RuntimeChoice.auto,
+    image: Annotated[
+        str,
+        typer.Option(
+            help="default image of sessions that name none (podman only; "
+            "default: localhost/jobgate-python:3.11 when present, else python:3.11-slim)"
+        ),
+    ] = "",
 ) -> None:
     """Start gateway, scheduler, a worker and the app proxy here; Ctrl-C stops them all."""
     data_dir = data_dir.expanduser().resolve()
@@ -40,6 +47,7 @@ def up(
         proxy_port=proxy_port,
         host=host,
         runtime=runtime.value,
+        image=image,
         say=typer.echo,
     )
     code = 1

@@ -1,7 +1,7 @@
 """Node loss: kernel attempts (fencing) and per-session retries.
 
 Revision ID: 0008
-Revises: 0003
+Revises: 0005
 Create Date: 2026-11-25
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = '0008'
-down_revision: str | None = '0003'
+down_revision: str | None = '0005'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

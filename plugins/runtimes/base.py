@@ -30,6 +30,7 @@ from plugins.common import Mount
 from plugins.resources import ResourceSlots
 
 __all__ = [
+    "LABEL_INSTANCE",
     "LABEL_KERNEL",
     "LABEL_NODE",
     "LABEL_SESSION",
@@ -54,6 +55,9 @@ __all__ = [
 LABEL_SESSION = "jobgate.session"
 LABEL_KERNEL = "jobgate.kernel"
 LABEL_NODE = "jobgate.node"
+#: the worker instance (one per data dir) that started it: workers sharing a Podman user
+#: and even a node id never adopt each other's containers (workers/identity.py)
+LABEL_INSTANCE = "jobgate.instance"
 
 Stream = Literal["stdout", "stderr"]
 ProgressCallback = Callable[[str], Awaitable[None]]
@@ -178,15 +182,20 @@ class RuntimeInfo:
     limits_enforced: bool = False
     cgroup: str = "n/a"  # "v2", "v1-delegated", "v1-none", "n/a"
     bind_mounts: bool = True  # can put a host directory inside a session
+    #: how it treats a session's image: "required" (containers: no image, no session),
+    #: "ignored" (local processes run on the host), "optional" (sim: either)
+    images: str = "optional"
     detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimeContext:
-    """Where a runtime may keep its own state on this node."""
+    """Where a runtime may keep its own state on this node, and whose kernels are its."""
 
     node_id: str
     state_dir: Path
+    #: the worker instance; label every kernel with it and re-attach only to those
+    instance: str = ""
 
 
 class Runtime(Protocol):

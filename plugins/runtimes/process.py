@@ -74,6 +74,7 @@ class ProcessRuntime:
             limits_enforced=False,
             cgroup="n/a",
             bind_mounts=False,  # a plain process has no file system of its own to mount into
+            images="ignored",  # the gateway refuses sessions that name one
             detail="local processes without isolation; images are ignored",
         )
 

@@ -7,7 +7,7 @@ configured nothing::
       "validators": ["quota", "dependencies", "start-time"],
       "sequencer": {"name": "heuristic-fifo", "options": {"max_skips": 3}},
       "filters": ["resource-group", "node-status", "architecture", "labels",
-                  "limits-enforced", "mounts", "fraction-enforcement", "fits"],
+                  "limits-enforced", "mounts", "images", "fraction-enforcement", "fits"],
       "scorers": [{"name": "concentrated", "weight": 1}, {"name": "numa", "weight": 0.25}],
       "gang": "all-or-nothing",
       "sample_size": 8
@@ -36,6 +36,7 @@ DEFAULT_FILTERS = (
     "labels",
     "limits-enforced",
     "mounts",
+    "images",
     "fraction-enforcement",
     "fits",
 )

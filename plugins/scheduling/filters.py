@@ -13,6 +13,8 @@ architecture            has another arch            ``arch``, the arch asked for
 labels                  lacks a ``key=value``       ``label``, ``gpu_model=A100``
 limits-enforced         cannot enforce cpu/mem      ``limits``
 mounts                  cannot bind-mount           ``mounts``
+images                  needs an image it lacks,    ``needs-image`` /
+                        or runs no images at all    ``no-images``
 fraction-enforcement    would not enforce shares    ``fractions``
 fits                    lacks free slots/devices    ``lacks`` slot / ``device`` / ``quantum``
 ======================  ==========================  =====================================
@@ -36,6 +38,7 @@ __all__ = [
     "ArchitectureFilter",
     "FitsFilter",
     "FractionEnforcementFilter",
+    "ImagesFilter",
     "LabelsFilter",
     "LimitsEnforcedFilter",
     "MountsFilter",
@@ -159,6 +162,26 @@ class MountsFilter(_Static):
     def check(self, node: NodeView, shape: Shape, ctx: PassContext) -> Rejection | None:
         if shape.request.needs_mounts and not node.state.bind_mounts:
             return self._REJECT
+        return None
+
+
+class ImagesFilter(_Static):
+    """No image: not onto nodes whose runtime needs one (podman); an image: not onto
+    nodes that run plain processes (process). ``has_image`` None: no opinion."""
+
+    name: ClassVar[str] = "images"
+    _NEEDS = Rejection(r.NEEDS_IMAGE)
+    _NONE = Rejection(r.NO_IMAGES)
+
+    def key(self, request: SessionRequest) -> Hashable:
+        return request.has_image
+
+    def check(self, node: NodeView, shape: Shape, ctx: PassContext) -> Rejection | None:
+        has_image = shape.request.has_image
+        if has_image is False and node.state.images == "required":
+            return self._NEEDS
+        if has_image and node.state.images == "ignored":
+            return self._NONE
         return None
 
 

@@ -59,6 +59,8 @@ ARCH = "arch"  # detail: the architecture asked for
 LABEL = "label"  # detail: "key=value" the node lacks
 NO_LIMITS = "limits"
 NO_MOUNTS = "mounts"
+NEEDS_IMAGE = "needs-image"  # the session names no image; the node's runtime needs one
+NO_IMAGES = "no-images"  # the session names an image; the node runs plain processes
 UNENFORCED = "fractions"
 TAKEN = "taken"  # gang with distinct nodes: already holds a container of this session
 MISS = "miss"  # a bare "no" while searching; a search only asks *whether* a node refuses
@@ -88,6 +90,8 @@ _PHRASES: dict[str, tuple[str, str]] = {
     LABEL: ("without {detail}", "without {detail}"),
     NO_LIMITS: ("without enforced cpu/mem limits", "without enforced cpu/mem limits"),
     NO_MOUNTS: ("cannot mount host directories", "cannot mount host directories"),
+    NEEDS_IMAGE: ("needs an image", "need an image"),
+    NO_IMAGES: ("runs no images", "run no images"),
     UNENFORCED: ("without fraction enforcement", "without fraction enforcement"),
     TAKEN: ("holds another container of it", "hold another container of it"),
 }

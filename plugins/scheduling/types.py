@@ -72,6 +72,7 @@ class NodeState:
     devices: list[DeviceState] = field(default_factory=list)
     limits_enforced: bool = False
     bind_mounts: bool = True  # its runtime can mount host directories
+    images: str = "optional"  # its runtime's use of images: required | ignored | optional
     fraction_enforcement: str | None = None  # "mps" | "preload" | "none" | None
     numa_cpus: dict[int, list[int]] = field(default_factory=dict)  # NUMA node -> cpu ids
     used_cpus: set[int] = field(default_factory=set)  # cpus pinned to live kernels
@@ -98,6 +99,7 @@ class SessionRequest:
     arch: str | None = None
     requires_limits: bool = False  # asked for cpu/mem and the operator wants them enforced
     needs_mounts: bool = False  # mounts host directories
+    has_image: bool | None = None  # names an image (None: unknown, any node will do)
     attempts: int = 0  # passes in a row it did not fit
     depends_on: list[str] = field(default_factory=list)
     starts_at: datetime | None = None

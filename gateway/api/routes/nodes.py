@@ -36,6 +36,7 @@ def _public(node: Node, alive: bool, running: int, stats: list[dict[str, object]
         free=(capacity - occupied).to_json(),
         limits_enforced=node.limits_enforced,
         bind_mounts=node.bind_mounts,
+        images=node.images,
         cgroup=node.cgroup,
         runtime_detail=node.runtime_detail,
         fraction_enforcement=node.fraction_enforcement,

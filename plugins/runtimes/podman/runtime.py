@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel
 
 from plugins.runtimes.base import (
+    LABEL_INSTANCE,
     LABEL_KERNEL,
     LABEL_NODE,
     ExitStatus,
@@ -131,13 +132,14 @@ class PodmanRuntime:
             return RuntimeInfo(
                 self.name,
                 available=False,
+                images="required",
                 detail=f"Podman API at {self.settings.socket} is unreachable "
                 "(run scripts/setup-podman.sh as root)",
             )
         try:
             data = await self._run(self._api.info)
         except RuntimeFailure as exc:
-            return RuntimeInfo(self.name, available=False, detail=str(exc))
+            return RuntimeInfo(self.name, available=False, images="required", detail=str(exc))
         self._support = support = await self._run(self._detect)
         host, store = data.get("host") or {}, data.get("store") or {}
         rootless = (host.get("security") or {}).get("rootless")
@@ -152,6 +154,7 @@ class PodmanRuntime:
             version=f"podman {(data.get('version') or {}).get('Version', '?')}",
             limits_enforced=support.enforced,
             cgroup=support.mode,
+            images="required",
             detail=detail,
         )
 
@@ -199,6 +202,8 @@ class PodmanRuntime:
         body = create_body(spec, self.settings, native=native, mem_label=mem_label)
         if spec.working_dir is not None:
             await asyncio.to_thread(_hand_to_podman_user, spec.working_dir, self.settings.socket)
+        if self.context.instance:
+            body["labels"][LABEL_INSTANCE] = self.context.instance
         ref, adopted = await self._create(spec, body)
         if adopted is not None:
             return adopted
@@ -231,7 +236,11 @@ class PodmanRuntime:
             pass
         data = await self._run(self._api.inspect, container_name(spec.kernel_id))
         labels = (data.get("Config") or {}).get("Labels") or {}
-        if labels.get(LABEL_KERNEL) != spec.kernel_id or labels.get(LABEL_NODE) != spec.node_id:
+        if (
+            labels.get(LABEL_KERNEL) != spec.kernel_id
+            or labels.get(LABEL_NODE) != spec.node_id
+            or labels.get(LABEL_INSTANCE, "") != self.context.instance
+        ):
             raise RuntimeFailure(f"container name {body['name']} is taken by something else")
         if (data.get("State") or {}).get("Status") not in NEVER_STARTED:
             return str(data["Id"]), handle_from_inspect(data)  # it ran: never start it twice
@@ -262,9 +271,14 @@ class PodmanRuntime:
 
     # -- re-attach --------------------------------------------------------------------
     async def list_kernels(self) -> list[KernelHandle]:
-        """Every container of this node, running or exited, found by its node label."""
+        """Every container of this node and worker instance, running or exited, by label."""
         rows = await self._run(self._api.list_node, f"{LABEL_NODE}={self.context.node_id}")
-        handles = [handle_from_row(row) for row in rows]
+        mine = self.context.instance
+        handles = [
+            handle_from_row(row)
+            for row in rows
+            if (row.get("Labels") or {}).get(LABEL_INSTANCE, "") == mine
+        ]
         return [h for h in handles if h is not None]
 
     # -- watch ------------------------------------------------------------------------

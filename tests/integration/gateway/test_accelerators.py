@@ -167,12 +167,17 @@ async def test_whole_device_slots_hand_out_free_devices_only(
 
     held = await stack.submit(command=HOLD, resources={"cpu": "0.1", "cuda.device": "2"})
     await stack.wait_status(held["id"], {"RUNNING"})
-    part = await stack.submit(command=HOLD, resources={"cpu": "0.1", "cuda.device": "0.5"})
-    await wait_reason(stack, part["id"], "cannot give 0.5 cuda.device in steps of 1")
+    async with stack.client() as api:  # never placeable: refused at submit, not queued
+        part = await api.post(
+            "/v1/sessions", json={"command": HOLD, "resources": {"cuda.device": "0.5"}}
+        )
+    assert part.status_code == 422
+    assert part.json()["field"] == "resources.cuda.device"
+    assert "not a multiple of the device quantum (1)" in part.json()["detail"]
     blocked = await stack.submit(command=HOLD, resources={"cpu": "0.1", "cuda.device": "2"})
     await wait_reason(stack, blocked["id"], "lacks cuda.device (largest free 1)")
     async with stack.client() as api:
-        for s in (held, blocked, part):
+        for s in (held, blocked):
             await api.delete(f"/v1/sessions/{s['id']}")
 
 

@@ -12,6 +12,7 @@ from plugins.scheduling.filters import (
     ArchitectureFilter,
     FitsFilter,
     FractionEnforcementFilter,
+    ImagesFilter,
     LabelsFilter,
     LimitsEnforcedFilter,
     MountsFilter,
@@ -332,3 +333,21 @@ def test_filters_refuse_cheaply_while_searching() -> None:
     assert FitsFilter(FitsFilter.Settings()).check(run.views[0], shape, run.ctx) is (
         reasons.REFUSED
     )
+
+
+@pytest.mark.parametrize(
+    ("images", "has_image", "code"),
+    [
+        pytest.param("required", False, reasons.NEEDS_IMAGE, id="podman-without-image"),
+        pytest.param("required", True, None, id="podman-with-image"),
+        pytest.param("ignored", True, reasons.NO_IMAGES, id="process-with-image"),
+        pytest.param("ignored", False, None, id="process-without-image"),
+        pytest.param("optional", True, None, id="sim-with-image"),
+        pytest.param("required", None, None, id="unknown-request"),
+    ],
+)
+def test_images_filter_keeps_sessions_on_runtimes_that_can_run_them(
+    images: str, has_image: bool | None, code: str | None
+) -> None:
+    rejection = verdict(ImagesFilter, node("n", images=images), session("s", has_image=has_image))
+    assert (rejection.code if rejection else None) == code
