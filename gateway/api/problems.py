@@ -51,8 +51,9 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 async def _domain(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobgateError)
-    field = exc.field if isinstance(exc, Invalid) else None
-    return problem(exc.status, exc.title, exc.detail, request.url.path, field=field, **exc.extra)
+    extra = dict(exc.extra)
+    field = exc.field if isinstance(exc, Invalid) else extra.pop("field", None)
+    return problem(exc.status, exc.title, exc.detail, request.url.path, field=field, **extra)
 
 
 async def _validation(request: Request, exc: Exception) -> JSONResponse:

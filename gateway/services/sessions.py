@@ -36,9 +36,9 @@ from gateway.db.models import (
     StatusHistory,
     new_id,
 )
-from gateway.domain.errors import Forbidden, Invalid, QuotaExceeded
+from gateway.domain.errors import Conflict, Forbidden, Invalid, QuotaExceeded
 from gateway.domain.requests import SessionCreate
-from gateway.domain.status import KernelStatus, SessionStatus
+from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
@@ -98,14 +98,15 @@ class SessionService:
                     session, kernels, list(body.depends_on), principal.name, project
                 )
         except IntegrityError:
-            if not idempotency_key:
-                raise
-            # a concurrent request with the same key won the race: answer with its session
+            # a concurrent request won the race: with the same key, answer with its
+            # session; with the same name, say which live session has it
             async with self.db() as db, db.begin():
-                replay = await self._replay(db, principal, idempotency_key, digest)
-            if replay is None:
-                raise
-            return Created(replay, created=False)
+                if idempotency_key:
+                    replay = await self._replay(db, principal, idempotency_key, digest)
+                    if replay is not None:
+                        return Created(replay, created=False)
+                await self._check_name(db, principal, body.name)
+            raise
         await request_schedule(self.pool, session.resource_group)
         return Created(session, created=True, details=details)
 
@@ -188,6 +189,7 @@ class SessionService:
         key: str | None,
         digest: str,
     ) -> tuple[Session, list[Kernel], str | None]:
+        await self._check_name(db, principal, body.name)
         resources = await self._resources(db, body.resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)
@@ -243,6 +245,28 @@ class SessionService:
             for row in kernel_rows
         ]
         return session, kernels, body.project if project_id else None
+
+    async def _check_name(self, db: AsyncSession, principal: Principal, name: str | None) -> None:
+        """A name is unique among the owner's live sessions (the partial unique index
+        ``uq_sessions_owner_live_name`` enforces it; this says which session has it)."""
+        if name is None:
+            return
+        taken = (
+            await db.execute(
+                select(Session.id).where(
+                    Session.owner_id == principal.user_id,
+                    Session.name == name,
+                    Session.status.not_in([str(s) for s in TERMINAL]),
+                )
+            )
+        ).scalar_one_or_none()
+        if taken is not None:
+            raise Conflict(
+                f"the name {name!r} is taken by live session {taken}; "
+                "names are unique among your sessions until they end",
+                field="name",
+                session=taken,
+            )
 
     async def _project(
         self, db: AsyncSession, principal: Principal, name: str | None
