@@ -1,13 +1,26 @@
-"""Shared CLI pieces: the client from the profile, KEY=VALUE parsing, errors."""
+"""Shared CLI pieces: the client from the profile, KEY=VALUE parsing, the -o option."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Annotated
+
+import typer
 
 from jobgate.client import ApiError, Client
 from jobgate.profile import Profile
+from jobgate.render import Output
 
-__all__ = ["client", "parse_pairs"]
+__all__ = ["OutputOpt", "client", "parse_pairs"]
+
+OutputOpt = Annotated[
+    Output,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table for people; json for scripts (lists are JSON lists, objects objects).",
+    ),
+]
 
 
 def client() -> Client:

@@ -6,9 +6,9 @@ the fields given change, and ``scheduler`` merges key by key (``null`` removes a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 
@@ -21,6 +21,8 @@ from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.pipeline import build_pipeline
 
 router = APIRouter(prefix="/v1/resource-groups", tags=["groups"])
+
+GroupName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class GroupSet(BaseModel):
@@ -91,7 +93,7 @@ async def _public(db: DbSession, group: ResourceGroup) -> GroupPublic:
 
 
 @router.put("/{name}", operation_id="groups-set", response_model=GroupPublic)
-async def set_group(name: str, body: GroupSet, _: Admin, db: DbSession) -> GroupPublic:
+async def set_group(name: GroupName, body: GroupSet, _: Admin, db: DbSession) -> GroupPublic:
     """Create a group or replace its configuration; the pipeline is checked first."""
     _check(body.scheduler)
     async with db.begin():
@@ -105,7 +107,7 @@ async def set_group(name: str, body: GroupSet, _: Admin, db: DbSession) -> Group
 
 
 @router.patch("/{name}", operation_id="groups-update", response_model=GroupPublic)
-async def update_group(name: str, body: GroupPatch, _: Admin, db: DbSession) -> GroupPublic:
+async def update_group(name: GroupName, body: GroupPatch, _: Admin, db: DbSession) -> GroupPublic:
     """Change only the fields given (creates the group if there is none); checked first."""
     given = body.model_dump(exclude_unset=True)
     async with db.begin():

@@ -74,7 +74,9 @@ async def test_patch_changes_only_the_fields_given(any_stack: Stack) -> None:
         assert r.status_code == 200, r.text
         r = await api.patch("/v1/resource-groups/gpu", json={"description": "GPU boxes"})
         assert r.json()["scheduler"] == {"sequencer": "drf"}
-        r = await api.patch("/v1/resource-groups/gpu", json={"scheduler": {"scorers": ["dispersed"]}})
+        r = await api.patch(
+            "/v1/resource-groups/gpu", json={"scheduler": {"scorers": ["dispersed"]}}
+        )
         assert r.json() == {
             "name": "gpu",
             "description": "GPU boxes",
