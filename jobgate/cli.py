@@ -27,6 +27,7 @@ import typer
 from contract.version import VERSION
 from jobgate.client import ApiError
 from jobgate.commands import admin, apps, nodes, serve, sessions
+from jobgate.commands.common import close_clients
 from jobgate.commands.run import run
 from jobgate.commands.up import up
 from jobgate.render import err
@@ -162,6 +163,8 @@ def invoke(args: Sequence[str] | None = None) -> int:
             f"error: {detail} ({type(exc).__name__}; JOBGATE_DEBUG=1 shows where)", markup=False
         )
         return EXIT_FAILURE
+    finally:
+        close_clients()
     return result if isinstance(result, int) else 0
 
 

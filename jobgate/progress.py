@@ -51,10 +51,10 @@ class Progress:
         elif status == "RUNNING" and not self.running_seen:
             self.running_seen = True
             self.stop()
-            self.say(f"jobgate: RUNNING after {duration(self.elapsed())} (session {self.short})")
+            self._note(f"jobgate: RUNNING after {duration(self.elapsed())} (session {self.short})")
         elif status == "TERMINATING":
             self.stop()
-            self.say(f"jobgate: TERMINATING ({reason})" if reason else "jobgate: TERMINATING")
+            self._note(f"jobgate: TERMINATING ({reason})" if reason else "jobgate: TERMINATING")
 
     def note(self, message: str) -> None:
         """A progress message from the worker (pulling an image, ...)."""
@@ -88,6 +88,10 @@ class Progress:
                 self._live = False
 
     # -- helpers ----------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        if not self.quiet:
+            self.say(text)
+
     @property
     def short(self) -> str:
         return self.session_id[:8]
@@ -104,8 +108,10 @@ class Progress:
                 self.last_plain = line
                 self.say(line)
             return
-        with self._lock:
+        with self._lock:  # at once, then every REFRESH_S (the elapsed time moves)
             self._live = True
+            self.stream.write(self._line())
+            self.stream.flush()
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._refresh, daemon=True)

@@ -11,7 +11,7 @@ from jobgate.client import ApiError, Client
 from jobgate.profile import Profile
 from jobgate.render import Output
 
-__all__ = ["OutputOpt", "client", "parse_pairs"]
+__all__ = ["OutputOpt", "client", "close_clients", "parse_pairs"]
 
 OutputOpt = Annotated[
     Output,
@@ -23,8 +23,19 @@ OutputOpt = Annotated[
 ]
 
 
+_open: list[Client] = []
+
+
 def client() -> Client:
-    return Client(Profile.load())
+    """A client from the profile (closed by :func:`close_clients` when the command ends)."""
+    made = Client(Profile.load())
+    _open.append(made)
+    return made
+
+
+def close_clients() -> None:
+    while _open:
+        _open.pop().close()
 
 
 def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
