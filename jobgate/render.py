@@ -14,6 +14,7 @@ jobgate's own messages go to stderr (``err``); stdout carries only results and, 
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 import sys
@@ -57,8 +58,11 @@ STATUS_STYLE = {
     "CANCELLED": "dim",
     "TERMINATED": "dim",
 }
-#: columns that never wrap (an id or a name is copied whole)
-WHOLE = frozenset({"ID", "NAME", "NODE", "IMAGE", "GROUP", "PROJECT", "SUBJECT", "APP"})
+#: columns whose long cells wrap to fit the terminal; every other column (ids, names,
+#: statuses, ages) is kept whole
+WRAP = frozenset(
+    {"REASON", "FREE", "CAPACITY", "SCHEDULER", "DESCRIPTION", "MEMBERS", "APPS", "MAX SLOTS"}
+)
 
 
 class Output(StrEnum):
@@ -147,11 +151,22 @@ def status_text(status: str) -> str:
 
 
 def table(columns: list[str], rows: list[list[str]]) -> None:
-    """Columns fitted to the terminal (80 when not one): long cells wrap, ids never cut."""
+    """Columns fitted to the terminal by wrapping the long cells (ids and names are kept
+    whole); when stdout is not a terminal nothing is wrapped or cut, for grep and friends."""
     t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
     for column in columns:
-        whole = column in WHOLE
-        t.add_column(column, overflow="fold", no_wrap=whole, min_width=len(column))
+        t.add_column(column, overflow="fold", no_wrap=column not in WRAP, min_width=len(column))
     for row in rows:
         t.add_row(*row)
-    out.print(t, soft_wrap=False)
+    page = Console(
+        file=io.StringIO(),
+        width=out.width if out.is_terminal else 10_000,
+        color_system=out.color_system if out.is_terminal else None,
+        force_terminal=out.is_terminal,
+        highlight=False,
+    )
+    page.print(t)
+    assert isinstance(page.file, io.StringIO)
+    text = "\n".join(line.rstrip() for line in page.file.getvalue().splitlines())
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

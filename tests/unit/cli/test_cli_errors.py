@@ -95,3 +95,10 @@ def test_version_and_completion(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_cli(capsys, "--help")
     assert "--install-completion" in result.out
     assert "--show-completion" in result.out
+
+
+@pytest.mark.parametrize("leaf", [x for x in LEAVES if x.is_client], ids=lambda x: x.name)
+def test_every_client_command_takes_output_json(leaf: Leaf) -> None:
+    (output,) = [p for p in leaf.params() if p.name == "output"]
+    assert "--output" in output.opts
+    assert output.metavar == "table|json"
