@@ -161,7 +161,7 @@ def table(columns: list[str], rows: list[list[str]]) -> None:
     page = Console(
         file=io.StringIO(),
         width=out.width if out.is_terminal else 10_000,
-        color_system=out.color_system if out.is_terminal else None,
+        color_system="auto" if out.is_terminal and out.color_system else None,
         force_terminal=out.is_terminal,
         highlight=False,
     )

@@ -85,7 +85,12 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     titles = {404: "Not found", 405: "Method not allowed", 413: "Payload too large"}
     title = titles.get(exc.status_code, "HTTP error")
-    return problem(exc.status_code, title, str(exc.detail), request.url.path)
+    detail = str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"nothing at {request.url.path}"
+    elif exc.status_code == 405 and detail == "Method Not Allowed":
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    return problem(exc.status_code, title, detail, request.url.path)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
