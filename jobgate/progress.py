@@ -36,7 +36,7 @@ class Progress:
         self.reason = ""
         self.running_seen = False
         self.last_plain = ""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # say() may run in a signal handler
         self._live = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,10 +48,8 @@ class Progress:
         self.status_now, self.reason = status, reason
         if status in WAITING:
             self._waiting()
-        elif status == "RUNNING" and not self.running_seen:
-            self.running_seen = True
-            self.stop()
-            self._note(f"jobgate: RUNNING after {duration(self.elapsed())} (session {self.short})")
+        elif status == "RUNNING":
+            self._running()
         elif status == "TERMINATING":
             self.stop()
             self._note(f"jobgate: TERMINATING ({reason})" if reason else "jobgate: TERMINATING")
@@ -64,6 +62,8 @@ class Progress:
         self._waiting()
 
     def output_starts(self) -> None:
+        """The job's first output: it runs, whether or not its RUNNING event came yet."""
+        self._running()
         self.stop()
 
     def say(self, text: str) -> None:
@@ -88,6 +88,13 @@ class Progress:
                 self._live = False
 
     # -- helpers ----------------------------------------------------------------------
+    def _running(self) -> None:
+        if self.running_seen:
+            return
+        self.running_seen = True
+        self.stop()
+        self._note(f"jobgate: RUNNING after {duration(self.elapsed())} (session {self.short})")
+
     def _note(self, text: str) -> None:
         if not self.quiet:
             self.say(text)

@@ -215,12 +215,13 @@ def _summary(session: dict[str, Any], code: int) -> str:
     if session.get("exit_code") is not None:
         parts.append(f"exit code {session['exit_code']}")
     ran = between(session.get("started_at"), session.get("ended_at"))
+    since_submit = duration(between(session.get("created_at"), session.get("ended_at")))
     if ran is not None:
         parts.append(f"ran {duration(ran)}")
+    elif session.get("exit_code") is not None:  # it ran, but its start was not recorded
+        parts.append(f"took {since_submit}")
     else:
-        parts.append(
-            f"waited {duration(between(session.get('created_at'), session.get('ended_at')))}"
-        )
+        parts.append(f"waited {since_submit}")
     parts.append(f"session {short_id(session.get('id'))}")
     return ", ".join(parts)
 
