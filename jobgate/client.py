@@ -69,20 +69,36 @@ class Client:
         self.http = httpx.Client(base_url=profile.url, headers=headers, timeout=timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The decoded JSON body; ``None`` for an answer without one (204)."""
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise ApiError(0, "Unreachable", f"cannot reach {self.profile.url}: {exc}") from None
+            raise self._unreachable(exc) from None
         _raise_for(response)
+        if response.status_code == 204 or not response.content:
+            return None
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
+
+    def _unreachable(self, exc: httpx.TransportError, lost: bool = False) -> ApiError:
+        what = "lost the connection to" if lost else "cannot reach"
+        cause = str(exc).split("]")[-1].strip() or type(exc).__name__
+        return ApiError(
+            0,
+            "Unreachable",
+            f"{what} the jobgate API at {self.profile.url} ({cause}); "
+            "is it running? start one with `jobgate up`",
+        )
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs)
 
     def post(self, path: str, **kwargs: Any) -> Any:
         return self.request("POST", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> Any:
+        return self.request("PATCH", path, **kwargs)
 
     def delete(self, path: str, **kwargs: Any) -> Any:
         return self.request("DELETE", path, **kwargs)
@@ -97,12 +113,14 @@ class Client:
                     _raise_for(response)
                 yield from iter_sse(response.iter_lines())
         except httpx.TransportError as exc:
-            raise ApiError(
-                0, "Unreachable", f"lost the connection to {self.profile.url}: {exc}"
-            ) from None
+            raise self._unreachable(exc, lost=True) from None
 
     def resolve_session(self, ref: str) -> str:
-        """A full id from an id, a unique id prefix, or a session name."""
+        """A full id from an id, a unique id prefix, or a session name.
+
+        A name means the caller's newest session with that name: names are unique among
+        live sessions, so that is the live one if there is one, else the newest that ended.
+        """
         if len(ref) == 36:
             return ref
         items: list[dict[str, Any]] = []
@@ -110,13 +128,15 @@ class Client:
             items = self.get("/v1/sessions", params={"id_prefix": ref, "limit": 2, "all": True})[
                 "items"
             ]
+            if len(items) > 1:
+                raise ApiError(
+                    409, "Ambiguous", f"{ref!r} matches several sessions; give more of the id"
+                )
         if not items:
-            items = self.get("/v1/sessions", params={"name": ref, "limit": 2, "all": True})["items"]
+            items = self.get("/v1/sessions", params={"name": ref, "limit": 1})["items"]
         if not items:
-            raise ApiError(404, "Not found", f"no session matches {ref!r}")
-        if len(items) > 1:
             raise ApiError(
-                409, "Ambiguous", f"{ref!r} matches several sessions; give more of the id"
+                404, "Not found", f"no session matches {ref!r} (an id, id prefix or name)"
             )
         session_id: str = items[0]["id"]
         return session_id

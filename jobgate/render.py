@@ -1,17 +1,47 @@
-"""Terminal output: tables for people, JSON for scripts (``--output json``)."""
+"""Terminal output, one style everywhere a person reads; JSON for scripts (``-o json``).
+
+- sizes are human-readable (``512MiB``), whatever the field;
+- times: relative ages in tables (``3m ago``), ISO 8601 to the second in details
+  (``2026-11-25T11:40:03Z``), durations where they help (``1m05s``);
+- commands are shown quoted as a shell would (``shlex.join``);
+- tables fit 80 columns by wrapping long cells; ids and names are never cut short;
+- ``-o json`` prints exactly what the API answered: a list for list commands, an object
+  for the others, always valid JSON on stdout.
+
+jobgate's own messages go to stderr (``err``); stdout carries only results and, for
+``run``/``logs``, the job's own output.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import shlex
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["Output", "age", "err", "out", "print_json", "short_id", "table"]
+from plugins.resources import format_size
+
+__all__ = [
+    "Output",
+    "age",
+    "command_text",
+    "duration",
+    "err",
+    "out",
+    "print_json",
+    "short_id",
+    "slots_text",
+    "stamp",
+    "status_text",
+    "table",
+]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -28,6 +58,11 @@ STATUS_STYLE = {
     "CANCELLED": "dim",
     "TERMINATED": "dim",
 }
+#: columns whose long cells wrap to fit the terminal; every other column (ids, names,
+#: statuses, ages) is kept whole
+WRAP = frozenset(
+    {"REASON", "FREE", "CAPACITY", "SCHEDULER", "DESCRIPTION", "MEMBERS", "APPS", "MAX SLOTS"}
+)
 
 
 class Output(StrEnum):
@@ -37,21 +72,77 @@ class Output(StrEnum):
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def short_id(value: str | None) -> str:
+    """The first 8 characters of an id (a unique prefix in any real deployment)."""
     return (value or "")[:8]
 
 
-def age(stamp: str | None) -> str:
-    if not stamp:
+def _parse(value: str) -> datetime:
+    then = datetime.fromisoformat(value)
+    return then if then.tzinfo else then.replace(tzinfo=UTC)
+
+
+def age(value: str | None) -> str:
+    """``3m ago`` (tables)."""
+    if not value:
         return "-"
-    then = datetime.fromisoformat(stamp)
-    seconds = int((datetime.now(UTC) - then).total_seconds())
+    seconds = int((datetime.now(UTC) - _parse(value)).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit} ago"
     return f"{max(seconds, 0)}s ago"
+
+
+def stamp(value: str | None) -> str:
+    """``2026-11-25T11:40:03Z`` (details): ISO 8601 in UTC, to the second."""
+    if not value:
+        return "-"
+    return _parse(value).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(seconds: float | None) -> str:
+    """``0.4s``, ``12s``, ``1m05s``, ``2h03m``, ``3d04h``."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{max(seconds, 0):.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def between(start: str | None, end: str | None) -> float | None:
+    """Seconds from *start* to *end* (now when *end* is None); None without a start."""
+    if not start:
+        return None
+    until = _parse(end) if end else datetime.now(UTC)
+    return (until - _parse(start)).total_seconds()
+
+
+def command_text(argv: list[str] | None) -> str:
+    return shlex.join(argv) if argv else "-"
+
+
+def _amount(slot: str, value: object) -> str:
+    if slot != "mem" and not slot.endswith(".mem") and not slot.endswith("memory"):
+        return str(value)
+    try:
+        return format_size(int(Decimal(str(value))))
+    except (InvalidOperation, ValueError):
+        return str(value)
+
+
+def slots_text(values: dict[str, Any] | None) -> str:
+    """``cpu=2 mem=4GiB cuda.shares=0.5`` (memory in binary units)."""
+    return " ".join(f"{k}={_amount(k, v)}" for k, v in (values or {}).items()) or "-"
 
 
 def status_text(status: str) -> str:
@@ -60,9 +151,22 @@ def status_text(status: str) -> str:
 
 
 def table(columns: list[str], rows: list[list[str]]) -> None:
-    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    """Columns fitted to the terminal by wrapping the long cells (ids and names are kept
+    whole); when stdout is not a terminal nothing is wrapped or cut, for grep and friends."""
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
     for column in columns:
-        t.add_column(column, overflow="ellipsis", no_wrap=column != "REASON", max_width=60)
+        t.add_column(column, overflow="fold", no_wrap=column not in WRAP, min_width=len(column))
     for row in rows:
         t.add_row(*row)
-    out.print(t)
+    page = Console(
+        file=io.StringIO(),
+        width=out.width if out.is_terminal else 10_000,
+        color_system="auto" if out.is_terminal and out.color_system else None,
+        force_terminal=out.is_terminal,
+        highlight=False,
+    )
+    page.print(t)
+    assert isinstance(page.file, io.StringIO)
+    text = "\n".join(line.rstrip() for line in page.file.getvalue().splitlines())
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

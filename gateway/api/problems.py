@@ -95,15 +95,9 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 async def _domain(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobgateError)
-    field = exc.field if isinstance(exc, Invalid) else None
-    return problem(
-        exc.status,
-        exc.title,
-        exc.detail,
-        request.url.path,
-        field=field,
-        **dict[str, Any](exc.extra),
-    )
+    extra = dict[str, Any](exc.extra)
+    field = exc.field if isinstance(exc, Invalid) else extra.pop("field", None)
+    return problem(exc.status, exc.title, exc.detail, request.url.path, field=field, **extra)
 
 
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
@@ -135,8 +129,13 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     titles = {404: "Not found", 405: "Method not allowed", 413: "Payload too large"}
     title = titles.get(exc.status_code, "HTTP error")
+    detail = str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"nothing at {request.url.path}"
+    elif exc.status_code == 405 and detail == "Method Not Allowed":
+        detail = f"{request.method} is not allowed on {request.url.path}"
     # keep the exception's headers: a 405 says which methods are allowed (RFC 9110)
-    return problem(exc.status_code, title, str(exc.detail), request.url.path, headers=exc.headers)
+    return problem(exc.status_code, title, detail, request.url.path, headers=exc.headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -41,9 +41,12 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gateway.domain.status import TERMINAL
 
 __all__ = [
     "ApiKey",
@@ -202,12 +205,28 @@ class Node(Base):
 
 
 # ---- sessions ------------------------------------------------------------------------
+#: the rows ``uq_sessions_owner_live_name`` covers: live sessions with a name
+LIVE_NAME_WHERE = "name IS NOT NULL AND status NOT IN ({})".format(
+    ", ".join(f"'{s}'" for s in sorted(TERMINAL))
+)
+
+
 class Session(Base):
     __tablename__ = "sessions"
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key", name="uq_sessions_idempotency"),
         Index("ix_sessions_status_group", "status", "resource_group"),
         Index("ix_sessions_owner_created", "owner_id", "created_at"),
+        # a name is unique among an owner's live sessions (the database says so, so two
+        # concurrent creates cannot both take it); ended sessions keep their names
+        Index(
+            "uq_sessions_owner_live_name",
+            "owner_id",
+            "name",
+            unique=True,
+            postgresql_where=text(LIVE_NAME_WHERE),
+            sqlite_where=text(LIVE_NAME_WHERE),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)

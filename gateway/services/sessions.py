@@ -37,10 +37,10 @@ from gateway.db.models import (
     StatusHistory,
     new_id,
 )
-from gateway.domain.errors import Forbidden, Invalid, QuotaExceeded
+from gateway.domain.errors import Conflict, Forbidden, Invalid, QuotaExceeded
 from gateway.domain.feasibility import NodeShape, check_feasible
 from gateway.domain.requests import SessionCreate
-from gateway.domain.status import KernelStatus, SessionStatus
+from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
@@ -110,14 +110,15 @@ class SessionService:
                     session, kernels, list(body.depends_on), principal.name, project
                 )
         except IntegrityError:
-            if not idempotency_key:
-                raise
-            # a concurrent request with the same key won the race: answer with its session
+            # a concurrent request won the race: with the same key, answer with its
+            # session; with the same name, say which live session has it
             async with self.db() as db, db.begin():
-                replay = await self._replay(db, principal, idempotency_key, digest)
-            if replay is None:
-                raise
-            return Created(replay, created=False)
+                if idempotency_key:
+                    replay = await self._replay(db, principal, idempotency_key, digest)
+                    if replay is not None:
+                        return Created(replay, created=False)
+                await self._check_name(db, principal, body.name)
+            raise
         await request_schedule(self.pool, session.resource_group)
         return Created(session, created=True, details=details)
 
@@ -211,6 +212,7 @@ class SessionService:
         digest: str,
     ) -> tuple[Session, list[Kernel], str | None]:
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
+        await self._check_name(db, principal, body.name)
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
         project_id = await self._project(db, principal, body.project)
@@ -317,6 +319,28 @@ class SessionService:
             shape = NodeShape(runtime, ResourceSlots.from_json(capacity), quanta, images)
             groups.setdefault(group, set()).add(shape)
         return {group: list(shapes) for group, shapes in groups.items()}
+
+    async def _check_name(self, db: AsyncSession, principal: Principal, name: str | None) -> None:
+        """A name is unique among the owner's live sessions (the partial unique index
+        ``uq_sessions_owner_live_name`` enforces it; this says which session has it)."""
+        if name is None:
+            return
+        taken = (
+            await db.execute(
+                select(Session.id).where(
+                    Session.owner_id == principal.user_id,
+                    Session.name == name,
+                    Session.status.not_in([str(s) for s in TERMINAL]),
+                )
+            )
+        ).scalar_one_or_none()
+        if taken is not None:
+            raise Conflict(
+                f"the name {name!r} is taken by live session {taken}; "
+                "names are unique among your sessions until they end",
+                field="name",
+                session=taken,
+            )
 
     async def _project(
         self, db: AsyncSession, principal: Principal, name: str | None

@@ -1,14 +1,19 @@
-"""``jobgate admin``: users and keys, projects, resource policies, resource groups."""
+"""``jobgate admin``: users and keys, projects, resource policies, resource groups.
+
+``policies set`` and ``groups set`` change only what is given (``PATCH``, a JSON merge
+patch) and print the object as it now is.
+"""
 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
-from jobgate.commands.common import client, parse_pairs
-from jobgate.render import Output, out, print_json, table
+from jobgate.commands.common import OutputOpt, client, parse_pairs
+from jobgate.render import Output, age, out, print_json, slots_text, table
 
 app = typer.Typer(
     help="Administration (needs an admin key; `bootstrap` makes the first).", no_args_is_help=True
@@ -22,17 +27,38 @@ app.add_typer(projects, name="projects")
 app.add_typer(policies, name="policies")
 app.add_typer(groups, name="groups")
 
-OutputOpt = Annotated[Output, typer.Option("--output", "-o")]
+UserArg = Annotated[str, typer.Argument(help="The user's name.")]
+ProjectArg = Annotated[str, typer.Argument(help="The project's name.")]
+
+
+class Role(StrEnum):
+    user = "user"
+    admin = "admin"
+
+
+class Scope(StrEnum):
+    user = "user"
+    project = "project"
+
+
+class Limit(StrEnum):
+    max_sessions = "max-sessions"
+    max_pending = "max-pending"
+    max_slots = "max-slots"
+
+
+ScopeArg = Annotated[Scope, typer.Argument(help="Whose policy: user or project.")]
+SubjectArg = Annotated[str, typer.Argument(help="The user's or project's name; * for the default.")]
 
 
 @app.command("bootstrap")
 def bootstrap(
-    key_name: Annotated[str, typer.Option(help="a label for the key")] = "bootstrap",
+    key_name: Annotated[str, typer.Option(help="A label for the key.")] = "bootstrap",
 ) -> None:
     """The first admin key of a new deployment, made in the database itself.
 
-    Needs no API key, only JOBGATE_DATABASE_URL (after ``jobgate db upgrade``). Creates
-    the ``admin`` user the first time; every run prints one more key, once.
+    Needs no API key, only JOBGATE_DATABASE_URL (after `jobgate db upgrade`). Creates
+    the admin user the first time; every run prints one more key, once.
     """
     import asyncio
 
@@ -50,6 +76,15 @@ def _show(value: Any, output: Output, columns: list[str], rows: list[list[str]])
         table(columns, rows)
 
 
+def _fields(value: dict[str, str], output: Output, raw: Any) -> None:
+    if output == Output.json:
+        print_json(raw)
+        return
+    width = max(len(k) for k in value)
+    for key, text in value.items():
+        out.print(f"[bold]{key:<{width}}[/]  {text}")
+
+
 @users.command("ls")
 def users_ls(output: OutputOpt = Output.table) -> None:
     """Every user, with their role."""
@@ -58,32 +93,41 @@ def users_ls(output: OutputOpt = Output.table) -> None:
         found,
         output,
         ["NAME", "ROLE", "CREATED"],
-        [[u["name"], u["role"], u["created_at"]] for u in found],
+        [[u["name"], u["role"], age(u["created_at"])] for u in found],
     )
 
 
 @users.command("create")
 def users_create(
-    name: str,
-    role: Annotated[str, typer.Option(help="user | admin")] = "user",
-    key: Annotated[bool, typer.Option(help="also create an API key and print it")] = True,
+    name: UserArg,
+    role: Annotated[Role, typer.Option(help="What the user may do.")] = Role.user,
+    key: Annotated[bool, typer.Option(help="Also create an API key and print it once.")] = True,
+    output: OutputOpt = Output.table,
 ) -> None:
     """A user (and, by default, an API key for them, printed once)."""
     api = client()
-    api.post("/v1/users", json={"name": name, "role": role})
+    user = api.post("/v1/users", json={"name": name, "role": str(role)})
+    created = api.post(f"/v1/users/{name}/keys", json={"name": "initial"}) if key else None
+    if output == Output.json:
+        print_json(user | ({"key": created["key"]} if created else {}))
+        return
     out.print(f"user {name} ({role}) created")
-    if key:
-        created = api.post(f"/v1/users/{name}/keys", json={"name": "initial"})
+    if created:
         out.print(f"API key (shown once): {created['key']}")
 
 
 @users.command("key")
 def users_key(
-    name: str, label: Annotated[str, typer.Option("--name", help="what the key is for")] = ""
+    name: UserArg,
+    label: Annotated[str, typer.Option("--name", help="What the key is for.")] = "",
+    output: OutputOpt = Output.table,
 ) -> None:
     """A new API key for a user (printed once)."""
     created = client().post(f"/v1/users/{name}/keys", json={"name": label})
-    print(created["key"])
+    if output == Output.json:
+        print_json(created)
+    else:
+        print(created["key"])
 
 
 @projects.command("ls")
@@ -91,77 +135,122 @@ def projects_ls(output: OutputOpt = Output.table) -> None:
     """Every project and its members."""
     found = client().get("/v1/projects")
     _show(
-        found, output, ["PROJECT", "MEMBERS"], [[p["name"], ", ".join(p["members"])] for p in found]
+        found,
+        output,
+        ["PROJECT", "MEMBERS"],
+        [[p["name"], ", ".join(p["members"]) or "-"] for p in found],
     )
 
 
 @projects.command("create")
-def projects_create(name: str) -> None:
+def projects_create(name: ProjectArg, output: OutputOpt = Output.table) -> None:
     """A project (sessions can be charged to it with --project)."""
-    client().post("/v1/projects", json={"name": name})
-    out.print(f"project {name} created")
+    created = client().post("/v1/projects", json={"name": name})
+    if output == Output.json:
+        print_json(created)
+    else:
+        out.print(f"project {name} created")
 
 
 @projects.command("add-member")
-def projects_add(project: str, user: str) -> None:
+def projects_add(project: ProjectArg, user: UserArg, output: OutputOpt = Output.table) -> None:
     """Let a user submit sessions to a project."""
-    client().post(f"/v1/projects/{project}/members", json={"user": user})
-    out.print(f"{user} is a member of {project}")
+    found = client().post(f"/v1/projects/{project}/members", json={"user": user})
+    if output == Output.json:
+        print_json(found)
+    else:
+        out.print(f"{user} is a member of {project}")
 
 
 @projects.command("remove-member")
-def projects_remove(project: str, user: str) -> None:
+def projects_remove(project: ProjectArg, user: UserArg, output: OutputOpt = Output.table) -> None:
     """Take a user out of a project."""
-    client().delete(f"/v1/projects/{project}/members/{user}")
-    out.print(f"{user} is no longer a member of {project}")
-
-
-@policies.command("ls")
-def policies_ls(output: OutputOpt = Output.table) -> None:
-    """Resource policies: per user or project, * for the default."""
-    found = client().get("/v1/policies")
-    _show(
-        found,
-        output,
-        ["SCOPE", "SUBJECT", "MAX SESSIONS", "MAX PENDING", "MAX SLOTS"],
-        [
-            [
-                p["scope"],
-                p["subject"],
-                _n(p["max_sessions"]),
-                _n(p["max_pending"]),
-                " ".join(f"{k}={v}" for k, v in (p["max_slots"] or {}).items()) or "-",
-            ]
-            for p in found
-        ],
-    )
+    found = client().delete(f"/v1/projects/{project}/members/{user}")
+    if output == Output.json:
+        print_json(found)
+    else:
+        out.print(f"{user} is no longer a member of {project}")
 
 
 def _n(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def _policy_fields(p: dict[str, Any]) -> dict[str, str]:
+    return {
+        "scope": p["scope"],
+        "subject": p["subject"],
+        "max sessions": _n(p["max_sessions"]),
+        "max pending": _n(p["max_pending"]),
+        "max slots": slots_text(p["max_slots"]),
+    }
+
+
+@policies.command("ls")
+def policies_ls(output: OutputOpt = Output.table) -> None:
+    """Resource policies: per user or project, * for the default (- is unlimited)."""
+    found = client().get("/v1/policies")
+    _show(
+        found,
+        output,
+        ["SCOPE", "SUBJECT", "MAX SESSIONS", "MAX PENDING", "MAX SLOTS"],
+        [list(_policy_fields(p).values()) for p in found],
+    )
+
+
 @policies.command("set")
 def policies_set(
-    scope: Annotated[str, typer.Argument(help="user | project")],
-    subject: Annotated[str, typer.Argument(help="its name, or * for the default")],
-    max_sessions: Annotated[int | None, typer.Option(help="running at once")] = None,
-    max_pending: Annotated[int | None, typer.Option(help="waiting at once")] = None,
-    max_slot: Annotated[list[str], typer.Option(help="SLOT=AMOUNT held in total")] = [],  # noqa: B006
+    scope: ScopeArg,
+    subject: SubjectArg,
+    max_sessions: Annotated[
+        int | None, typer.Option(min=0, help="Sessions running at once.")
+    ] = None,
+    max_pending: Annotated[
+        int | None, typer.Option(min=0, help="Sessions waiting at once.")
+    ] = None,
+    max_slot: Annotated[
+        list[str],
+        typer.Option(
+            help="SLOT=AMOUNT held in total, e.g. cpu=16 or mem=64g; SLOT= lifts it; repeatable."
+        ),
+    ] = [],  # noqa: B006
+    unset: Annotated[
+        list[Limit], typer.Option(help="Make this limit unlimited again; repeatable.")
+    ] = [],  # noqa: B006
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Create or replace a policy; limits not given are unlimited."""
-    body: dict[str, Any] = {"max_sessions": max_sessions, "max_pending": max_pending}
+    """Create a policy or change the limits given; the others stay as they were."""
+    body: dict[str, Any] = {}
+    for limit in unset:
+        body[str(limit).replace("-", "_")] = None
+    if max_sessions is not None:
+        body["max_sessions"] = max_sessions
+    if max_pending is not None:
+        body["max_pending"] = max_pending
     if max_slot:
-        body["max_slots"] = parse_pairs(max_slot, "--max-slot")
-    client().request("PUT", f"/v1/policies/{scope}/{subject}", json=body)
-    out.print(f"policy for {scope} {subject} set")
+        slots = parse_pairs(max_slot, "--max-slot")
+        body["max_slots"] = {k: (v or None) for k, v in slots.items()}
+    policy = client().patch(f"/v1/policies/{scope}/{subject}", json=body)
+    _fields(_policy_fields(policy), output, policy)
 
 
 @policies.command("rm")
-def policies_rm(scope: str, subject: str) -> None:
+def policies_rm(scope: ScopeArg, subject: SubjectArg, output: OutputOpt = Output.table) -> None:
     """Remove a policy (its limits become unlimited)."""
     client().delete(f"/v1/policies/{scope}/{subject}")
-    out.print(f"policy for {scope} {subject} removed")
+    if output == Output.json:
+        print_json({"scope": str(scope), "subject": subject, "removed": True})
+    else:
+        out.print(f"policy for {scope} {subject} removed")
+
+
+def _group_fields(g: dict[str, Any]) -> dict[str, str]:
+    return {
+        "name": g["name"],
+        "description": g["description"] or "-",
+        "nodes": str(g["nodes"]),
+        "scheduler": json.dumps(g["scheduler"], sort_keys=True),
+    }
 
 
 @groups.command("ls")
@@ -171,30 +260,40 @@ def groups_ls(output: OutputOpt = Output.table) -> None:
     _show(
         found,
         output,
-        ["GROUP", "NODES", "SCHEDULER"],
-        [[g["name"], str(g["nodes"]), json.dumps(g["scheduler"]) or "{}"] for g in found],
+        ["GROUP", "NODES", "SCHEDULER", "DESCRIPTION"],
+        [
+            [g["name"], str(g["nodes"]), json.dumps(g["scheduler"]), g["description"] or "-"]
+            for g in found
+        ],
     )
 
 
 @groups.command("set")
 def groups_set(
-    name: str,
+    name: Annotated[str, typer.Argument(help="The resource group's name.")],
     config: Annotated[
-        str, typer.Option(help='scheduler pipeline as JSON, e.g. {"sequencer": "drf"}')
-    ] = "{}",
-    description: Annotated[str, typer.Option()] = "",
+        str | None,
+        typer.Option(
+            help='Scheduler settings as JSON, merged key by key, e.g. {"sequencer": "drf"}.'
+        ),
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="What the group is for.")] = None,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Create a resource group or replace its scheduler configuration."""
-    try:
-        scheduler = json.loads(config)
-    except ValueError as exc:
-        raise typer.BadParameter(f"--config is not JSON: {exc}") from None
-    client().request(
-        "PUT",
-        f"/v1/resource-groups/{name}",
-        json={"description": description, "scheduler": scheduler},
-    )
-    out.print(f"resource group {name} configured")
+    """Create a resource group or change what is given; the rest stays as it was."""
+    body: dict[str, Any] = {}
+    if config is not None:
+        try:
+            scheduler = json.loads(config)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--config") from None
+        if not isinstance(scheduler, dict):
+            raise typer.BadParameter("must be a JSON object", param_hint="--config")
+        body["scheduler"] = scheduler
+    if description is not None:
+        body["description"] = description
+    group = client().patch(f"/v1/resource-groups/{name}", json=body)
+    _fields(_group_fields(group), output, group)
 
 
 blobs = typer.Typer(help="Uploaded working directories (the gateway's blob store).")

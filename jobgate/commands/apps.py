@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from jobgate.commands.common import client
-from jobgate.render import Output, err, out, print_json, table
+from jobgate.commands.common import OutputOpt, client
+from jobgate.render import Output, err, out, print_json, stamp, table
 
 apps_app = typer.Typer(
     help="Apps of interactive sessions (Jupyter, code-server, ...).", no_args_is_help=True
@@ -20,8 +20,8 @@ images_app = typer.Typer(
 
 @apps_app.command("ls")
 def apps_ls(
-    session: Annotated[str, typer.Argument(help="id, id prefix or name")],
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    session: Annotated[str, typer.Argument(help="Session id, unique id prefix, or name.")],
+    output: OutputOpt = Output.table,
 ) -> None:
     """The apps a session serves and whether they are ready."""
     api = client()
@@ -37,21 +37,25 @@ def apps_ls(
 
 @apps_app.command("open")
 def apps_open(
-    session: Annotated[str, typer.Argument(help="id, id prefix or name")],
-    app: Annotated[str, typer.Argument(help="jupyter, code-server, terminal, ...")],
-    browser: Annotated[bool, typer.Option("--browser", help="open it in a browser")] = False,
+    session: Annotated[str, typer.Argument(help="Session id, unique id prefix, or name.")],
+    app: Annotated[str, typer.Argument(help="The app: jupyter, code-server, terminal, ...")],
+    browser: Annotated[bool, typer.Option("--browser", help="Also open it in a browser.")] = False,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Print a one-time link to the app (last line); it signs you in for this session."""
+    """Print a one-time link to the app; it signs you in for this session."""
     api = client()
     link = api.post(f"/v1/sessions/{api.resolve_session(session)}/apps/{app}")
-    err.print(f"[dim]one-time link, valid until {link['expires_at']}:[/]")
-    print(link["url"])
+    if output == Output.json:
+        print_json(link)
+    else:
+        err.print(f"one-time link, valid until {stamp(link['expires_at'])}:", markup=False)
+        print(link["url"])
     if browser:
         webbrowser.open(link["url"])
 
 
 @images_app.command("ls")
-def images_ls(output: Annotated[Output, typer.Option("--output", "-o")] = Output.table) -> None:
+def images_ls(output: OutputOpt = Output.table) -> None:
     """Images the gateway knows apps for (admins register them)."""
     found = client().get("/v1/images")
     if output == Output.json:
@@ -66,18 +70,32 @@ def images_ls(output: Annotated[Output, typer.Option("--output", "-o")] = Output
     )
 
 
+ImageArg = Annotated[str, typer.Argument(help="The image reference, e.g. jobgate-jupyter:4.")]
+
+
 @images_app.command("add")
 def images_add(
-    image: str,
-    service_ports: Annotated[str, typer.Option(help="jupyter:http:8888,code-server:http:8080")],
+    image: ImageArg,
+    service_ports: Annotated[
+        str,
+        typer.Option(help="NAME:PROTOCOL:PORT,..., e.g. jupyter:http:8888,code-server:http:8080."),
+    ],
+    output: OutputOpt = Output.table,
 ) -> None:
     """Register (or override) the apps an image serves."""
-    client().request("PUT", f"/v1/images/{image}", json={"service_ports": service_ports})
-    out.print(f"{image}: {service_ports}")
+    found = client().request("PUT", f"/v1/images/{image}", json={"service_ports": service_ports})
+    if output == Output.json:
+        print_json(found)
+    else:
+        apps = ", ".join(f"{n}:{a['protocol']}:{a['port']}" for n, a in found["apps"].items())
+        out.print(f"{found['name']}: {apps}")
 
 
 @images_app.command("rm")
-def images_rm(image: str) -> None:
+def images_rm(image: ImageArg, output: OutputOpt = Output.table) -> None:
     """Forget the apps registered for an image."""
     client().delete(f"/v1/images/{image}")
-    out.print(f"{image} removed from the registry")
+    if output == Output.json:
+        print_json({"name": image, "removed": True})
+    else:
+        out.print(f"{image} removed from the registry")

@@ -1,17 +1,41 @@
-"""Shared CLI pieces: the client from the profile, KEY=VALUE parsing, errors."""
+"""Shared CLI pieces: the client from the profile, KEY=VALUE parsing, the -o option."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Annotated
+
+import typer
 
 from jobgate.client import ApiError, Client
 from jobgate.profile import Profile
+from jobgate.render import Output
 
-__all__ = ["client", "parse_pairs"]
+__all__ = ["OutputOpt", "client", "close_clients", "parse_pairs"]
+
+OutputOpt = Annotated[
+    Output,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table for people; json for scripts (lists are JSON lists, objects objects).",
+    ),
+]
+
+
+_open: list[Client] = []
 
 
 def client() -> Client:
-    return Client(Profile.load())
+    """A client from the profile (closed by :func:`close_clients` when the command ends)."""
+    made = Client(Profile.load())
+    _open.append(made)
+    return made
+
+
+def close_clients() -> None:
+    while _open:
+        _open.pop().close()
 
 
 def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:

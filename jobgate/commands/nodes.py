@@ -6,18 +6,14 @@ from typing import Annotated, Any
 
 import typer
 
-from jobgate.commands.common import client
-from jobgate.render import Output, age, out, print_json, table
+from jobgate.commands.common import OutputOpt, client
+from jobgate.render import Output, age, out, print_json, slots_text, stamp, table
 from plugins.resources import format_size
 
 app = typer.Typer(help="Nodes: capacity, allocation, devices, liveness.", no_args_is_help=True)
 
 
-def _slots(values: dict[str, str]) -> str:
-    parts = []
-    for k, v in values.items():
-        parts.append(f"{k}={format_size(int(float(v)))}" if k == "mem" else f"{k}={v}")
-    return " ".join(parts) or "-"
+NodeArg = Annotated[str, typer.Argument(help="The node's id.")]
 
 
 def _state(n: dict[str, Any]) -> str:
@@ -27,7 +23,7 @@ def _state(n: dict[str, Any]) -> str:
 
 
 @app.command("ls")
-def list_nodes(output: Annotated[Output, typer.Option("--output", "-o")] = Output.table) -> None:
+def list_nodes(output: OutputOpt = Output.table) -> None:
     """Every node with what it has, what is free and whether it enforces limits."""
     nodes = client().get("/v1/nodes")["items"]
     if output == Output.json:
@@ -38,25 +34,20 @@ def list_nodes(output: Annotated[Output, typer.Option("--output", "-o")] = Outpu
             n["id"],
             _state(n),
             n["runtime"],
-            n["resource_group"],
-            _slots(n["capacity"]),
-            _slots(n["free"]),
-            "yes" if n["limits_enforced"] else "no",
+            slots_text(n["free"]),
+            slots_text(n["capacity"]),
             str(n["running_kernels"]),
             age(n["last_seen_at"]),
         ]
         for n in nodes
     ]
-    table(
-        ["NODE", "STATUS", "RUNTIME", "GROUP", "CAPACITY", "FREE", "LIMITS", "KERNELS", "SEEN"],
-        rows,
-    )
+    table(["NODE", "STATUS", "RUNTIME", "FREE", "CAPACITY", "KERNELS", "SEEN"], rows)
 
 
 @app.command("show")
 def show(
-    node: Annotated[str, typer.Argument()],
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    node: NodeArg,
+    output: OutputOpt = Output.table,
 ) -> None:
     """One node, with its devices and their live stats."""
     n = client().get(f"/v1/nodes/{node}")
@@ -79,9 +70,14 @@ def show(
         "runtime_detail",
     ):
         out.print(f"[bold]{key:<21}[/] {n[key]}")
-    out.print(f"[bold]{'capacity':<21}[/] {_slots(n['capacity'])}")
-    out.print(f"[bold]{'occupied':<21}[/] {_slots(n['occupied'])}")
-    out.print(f"[bold]{'free':<21}[/] {_slots(n['free'])}")
+    out.print(
+        f"[bold]{'labels':<21}[/] {' '.join(f'{k}={v}' for k, v in n['labels'].items()) or '-'}"
+    )
+    out.print(f"[bold]{'last seen':<21}[/] {stamp(n['last_seen_at'])} ({age(n['last_seen_at'])})")
+    out.print(f"[bold]{'registered':<21}[/] {stamp(n['registered_at'])}")
+    out.print(f"[bold]{'capacity':<21}[/] {slots_text(n['capacity'])}")
+    out.print(f"[bold]{'occupied':<21}[/] {slots_text(n['occupied'])}")
+    out.print(f"[bold]{'free':<21}[/] {slots_text(n['free'])}")
     stats = {s["device_id"]: s for s in n.get("stats", [])}
     for d in n["devices"]:
         st = stats.get(d["id"], {})
@@ -105,24 +101,18 @@ def _set_state(node: str, action: str, output: Output) -> None:
 
 
 @app.command("drain")
-def drain(
-    node: str, output: Annotated[Output, typer.Option("--output", "-o")] = Output.table
-) -> None:
+def drain(node: NodeArg, output: OutputOpt = Output.table) -> None:
     """Take nothing new; running sessions finish."""
     _set_state(node, "drain", output)
 
 
 @app.command("cordon")
-def cordon(
-    node: str, output: Annotated[Output, typer.Option("--output", "-o")] = Output.table
-) -> None:
+def cordon(node: NodeArg, output: OutputOpt = Output.table) -> None:
     """Take nothing new, for now."""
     _set_state(node, "cordon", output)
 
 
 @app.command("uncordon")
-def uncordon(
-    node: str, output: Annotated[Output, typer.Option("--output", "-o")] = Output.table
-) -> None:
+def uncordon(node: NodeArg, output: OutputOpt = Output.table) -> None:
     """Take sessions again."""
     _set_state(node, "uncordon", output)

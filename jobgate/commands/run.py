@@ -4,26 +4,35 @@ Exit codes: the job's own for SUCCEEDED, FAILED and TERMINATED; 125 when the pla
 could not run it (ERROR, as ``docker run`` does); 130 when it was cancelled before it
 ran. Ctrl-C once asks the gateway to terminate the session and keeps following it to the
 end; twice leaves at once (the session is already being stopped).
+
+Only ``run`` in the foreground cancels on Ctrl-C; ``sessions logs -f`` only stops
+following. stdout carries the job's stdout (or, with ``-o json``, only the final session
+as JSON, the job's output then going to stderr); jobgate's own notes go to stderr.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 
 from jobgate.client import Client
-from jobgate.commands.common import client, parse_pairs
-from jobgate.render import Output, err, print_json
+from jobgate.commands.common import OutputOpt, client, parse_pairs
+from jobgate.progress import Progress
+from jobgate.render import Output, between, duration, err, print_json, short_id
 from jobgate.workdir import send_working_dir
+
+APP_WAIT_S = 120.0
 
 __all__ = ["build_request", "follow_session", "run"]
 
 EXIT_ERROR = 125
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"})
 EXIT_CANCELLED = 130
 
 
@@ -86,11 +95,13 @@ def _mount(spec: str) -> dict[str, Any]:
 
 
 class _Interrupts:
-    """First Ctrl-C: terminate the session and keep following. Second: leave now."""
+    """``run`` in the foreground: the first Ctrl-C terminates the session (and says so)
+    and keeps following it to its end; the second leaves at once."""
 
-    def __init__(self, api: Client, session_id: str) -> None:
+    def __init__(self, api: Client, session_id: str, progress: Progress) -> None:
         self.api = api
         self.session_id = session_id
+        self.progress = progress
         self.count = 0
 
     def __enter__(self) -> _Interrupts:
@@ -104,44 +115,81 @@ class _Interrupts:
         self.count += 1
         if self.count > 1:
             raise KeyboardInterrupt
-        err.print(f"[yellow]cancelling session {self.session_id[:8]}… (Ctrl-C again to leave)[/]")
+        self.progress.say(
+            f"jobgate: Ctrl-C: cancelling session {short_id(self.session_id)} "
+            "(Ctrl-C again to leave without waiting)"
+        )
         try:
             self.api.delete(f"/v1/sessions/{self.session_id}")
         except Exception as exc:
-            err.print(f"[red]could not cancel: {exc}[/]")
+            self.progress.say(f"jobgate: could not cancel: {exc}")
 
 
-def follow_session(api: Client, session_id: str, *, quiet: bool = False) -> int:
-    """Stream status and output until the session ends; return the exit code to use."""
-    last_note = ""
+class _Detach:
+    """``sessions logs -f``: Ctrl-C only stops following; the session keeps running."""
+
+    def __init__(self, api: Client, session_id: str, progress: Progress) -> None:
+        self.count = 0
+
+    def __enter__(self) -> _Detach:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def follow_session(
+    api: Client,
+    session_id: str,
+    *,
+    cancel_on_interrupt: bool = True,
+    quiet: bool = False,
+    job_stdout: TextIO | None = None,
+    on_running: Any = None,
+) -> tuple[int, dict[str, Any]]:
+    """Stream status and output until the session ends.
+
+    Returns the exit code to use and the last ``end`` event (empty if there was none).
+    With *cancel_on_interrupt* (``run``), Ctrl-C cancels the session; without it
+    (``sessions logs -f``), Ctrl-C leaves and the session carries on.
+    """
     end: dict[str, Any] = {}
-    with _Interrupts(api, session_id) as interrupts:
+    progress = Progress(session_id, quiet=quiet)
+    guard = _Interrupts if cancel_on_interrupt else _Detach
+    with guard(api, session_id, progress) as interrupts:
         try:
             for event, data in api.follow(f"/v1/sessions/{session_id}/logs", follow="true"):
                 if event == "log":
-                    stream = sys.stderr if data["stream"] in ("stderr", "system") else sys.stdout
+                    progress.output_starts()
+                    stdout = job_stdout or sys.stdout
+                    stream = sys.stderr if data["stream"] in ("stderr", "system") else stdout
                     stream.write(data["data"])
                     stream.flush()
-                elif event in ("status", "progress") and not quiet:
-                    note = _note(event, data)
-                    if note and note != last_note:
-                        last_note = note
-                        err.print(f"[dim]{note}[/]")
+                elif event == "status":
+                    progress.status(data)
+                    if data.get("status") == "RUNNING" and on_running is not None:
+                        on_running()
+                        on_running = None
+                elif event == "progress":
+                    progress.note(str(data.get("message", "")))
                 elif event == "end":
                     end = data
         except KeyboardInterrupt:
-            return EXIT_CANCELLED
-    return _exit_code(end, cancelled_by_us=interrupts.count > 0)
-
-
-def _note(event: str, data: dict[str, Any]) -> str:
-    if event == "progress":
-        return f"jobgate: {data.get('message', '')}"
-    status = data.get("status", "")
-    if status in ("RUNNING", "SUCCEEDED", "FAILED"):
-        return ""
-    reason = data.get("pending_reason") or data.get("reason") or ""
-    return f"jobgate: {status}" + (f" ({reason})" if reason else "")
+            progress.stop()
+            if cancel_on_interrupt:
+                progress.say(
+                    f"jobgate: left; session {short_id(session_id)} is being stopped "
+                    f"(`jobgate sessions show {short_id(session_id)}`)"
+                )
+            else:
+                progress.say(
+                    f"jobgate: stopped following; session {short_id(session_id)} keeps running "
+                    f"(`jobgate sessions logs {short_id(session_id)} -f` to follow again)"
+                )
+            return EXIT_CANCELLED, end
+        finally:
+            progress.stop()
+    return _exit_code(end, cancelled_by_us=interrupts.count > 0), end
 
 
 def _exit_code(end: dict[str, Any], *, cancelled_by_us: bool) -> int:
@@ -149,53 +197,129 @@ def _exit_code(end: dict[str, Any], *, cancelled_by_us: bool) -> int:
     code = end.get("exit_code")
     if status in ("SUCCEEDED", "FAILED", "TERMINATED") and code is not None:
         if status == "FAILED" and end.get("reason", "").startswith("out of memory"):
-            err.print(f"[red]jobgate: {end['reason']}[/]")
+            err.print(f"jobgate: {end['reason']}", markup=False)
         return int(code)
     if status == "CANCELLED":
         return EXIT_CANCELLED
     if status == "ERROR":
-        err.print(f"[red]jobgate: the session could not run: {end.get('reason', '')}[/]")
+        err.print(f"jobgate: the session could not run: {end.get('reason', '')}", markup=False)
         return EXIT_ERROR
     if status == "TERMINATED":
         return 143
     if not end:
-        err.print("[red]jobgate: the stream ended before the session did[/]")
+        err.print("jobgate: the stream ended before the session did", markup=False)
     return 1 if not cancelled_by_us else EXIT_CANCELLED
 
 
+def _summary(session: dict[str, Any], code: int) -> str:
+    status = session.get("status", "?")
+    parts = [f"jobgate: {status}"]
+    if session.get("exit_code") is not None:
+        parts.append(f"exit code {session['exit_code']}")
+    ran = between(session.get("started_at"), session.get("ended_at"))
+    since_submit = duration(between(session.get("created_at"), session.get("ended_at")))
+    if ran is not None:
+        parts.append(f"ran {duration(ran)}")
+    elif session.get("exit_code") is not None:  # it ran, but its start was not recorded
+        parts.append(f"took {since_submit}")
+    else:
+        parts.append(f"waited {since_submit}")
+    parts.append(f"session {short_id(session.get('id'))}")
+    return ", ".join(parts)
+
+
+def _watch_apps(api: Client, session_id: str, say: Any, stop: threading.Event) -> None:
+    """Print a sign-in link for each app of an interactive session once it is ready."""
+    shown: set[str] = set()
+    deadline = APP_WAIT_S
+    while not stop.is_set() and deadline > 0:
+        try:
+            apps = api.get(f"/v1/sessions/{session_id}/apps")
+            for app in apps:
+                if app["ready"] and app["name"] not in shown:
+                    link = api.post(f"/v1/sessions/{session_id}/apps/{app['name']}")
+                    shown.add(app["name"])
+                    say(f"jobgate: {app['name']} is ready: {link['url']}")
+            if apps and len(shown) == len(apps):
+                return
+        except Exception as exc:  # best effort: the session itself goes on
+            say(f"jobgate: could not read the apps: {exc}")
+            return
+        stop.wait(1.0)
+        deadline -= 1.0
+
+
 def run(
-    command: Annotated[list[str] | None, typer.Argument(help="the command, after --")] = None,
-    image: Annotated[str | None, typer.Option(help="container image")] = None,
-    cpu: Annotated[str | None, typer.Option(help="cores, e.g. 2 or 0.5")] = None,
-    mem: Annotated[str | None, typer.Option(help="memory, e.g. 4g or 512m")] = None,
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command and its arguments, after --.")
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option(help="Container image (default: the gateway's).")
+    ] = None,
+    cpu: Annotated[str | None, typer.Option(help="Cores, e.g. 2 or 0.5.")] = None,
+    mem: Annotated[str | None, typer.Option(help="Memory, e.g. 4g or 512m.")] = None,
     resource: Annotated[
-        list[str], typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5")
+        list[str],
+        typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5; repeatable."),
     ] = [],  # noqa: B006
-    env: Annotated[list[str], typer.Option("--env", "-e", help="KEY=VALUE")] = [],  # noqa: B006
-    name: Annotated[str | None, typer.Option(help="a name for the session")] = None,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="print the id and return")] = False,
-    interactive: Annotated[
-        bool, typer.Option(help="an interactive session (runs until terminated)")
+    env: Annotated[
+        list[str], typer.Option("--env", "-e", help="KEY=VALUE environment; repeatable.")
+    ] = [],  # noqa: B006
+    name: Annotated[
+        str | None,
+        typer.Option(help="A name, unique among your live sessions (usable instead of the id)."),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Print the id and return at once.")
     ] = False,
-    mount: Annotated[list[str], typer.Option(help="SRC:DST[:ro] from an allowed host root")] = [],  # noqa: B006
-    priority: Annotated[int | None, typer.Option(min=0, max=100)] = None,
-    resource_group: Annotated[str | None, typer.Option("--group", help="resource group")] = None,
-    project: Annotated[str | None, typer.Option()] = None,
-    depends_on: Annotated[list[str], typer.Option("--depends-on", help="session id")] = [],  # noqa: B006
-    starts_at: Annotated[str | None, typer.Option(help="ISO time or delay like +10m")] = None,
-    constraint: Annotated[list[str], typer.Option(help="node label KEY=VALUE")] = [],  # noqa: B006
-    idempotency_key: Annotated[str | None, typer.Option(help="retry-safe submission key")] = None,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    interactive: Annotated[
+        bool,
+        typer.Option(help="An interactive session: runs until stopped; app links are printed."),
+    ] = False,
+    mount: Annotated[
+        list[str], typer.Option(help="SRC:DST[:ro] from an allowed host root; repeatable.")
+    ] = [],  # noqa: B006
+    priority: Annotated[
+        int | None, typer.Option(min=0, max=100, help="0 to 100; higher runs first.")
+    ] = None,
+    resource_group: Annotated[
+        str | None, typer.Option("--group", help="Resource group to run in.")
+    ] = None,
+    project: Annotated[str | None, typer.Option(help="Project to charge it to.")] = None,
+    depends_on: Annotated[
+        list[str],
+        typer.Option("--depends-on", help="Start after this session succeeded; repeatable."),
+    ] = [],  # noqa: B006
+    starts_at: Annotated[
+        str | None, typer.Option(help="Not before this ISO time, or after a delay like +10m.")
+    ] = None,
+    constraint: Annotated[
+        list[str], typer.Option(help="Node label KEY=VALUE it must run on; repeatable.")
+    ] = [],  # noqa: B006
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="Retry-safe key: the same key returns the same session.")
+    ] = None,
+    output: OutputOpt = Output.table,
     working_dir: Annotated[
         Path | None,
         typer.Option(
             "--working-dir",
-            help="pack this directory (minus .gitignore/.jobgateignore) and start the job "
-            "inside a copy of it; uploaded once per distinct tree",
+            help="Pack this directory (minus .gitignore/.jobgateignore) and start the job "
+            "inside a copy of it; uploaded once per distinct tree.",
         ),
     ] = None,
 ) -> None:
-    """Run a session and stream its output; exit with its exit code."""
+    """Run a session and stream its output; exit with its exit code.
+
+    While it waits, one line on stderr says its status, why it waits and for how long;
+    when it ends, one line says its status, exit code and run time. Its stdout goes to
+    stdout, its stderr to stderr; jobgate's own notes always go to stderr. With -o json
+    stdout holds only the final session as JSON (the job's output goes to stderr).
+
+    Ctrl-C once cancels the session (it says so) and waits for it to end; Ctrl-C twice
+    leaves at once. Exit code: the job's own; 125 if the platform could not run it; 130
+    if it was cancelled before it ran or you left.
+    """
     api = client()
     deps = [api.resolve_session(d) for d in depends_on]
     body = build_request(
@@ -219,13 +343,39 @@ def run(
         body["working_dir"] = send_working_dir(api, working_dir)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     session = api.post("/v1/sessions", json=body, headers=headers)
+    session_id = session["id"]
     if detach:
         if output == Output.json:
             print_json(session)
         else:
-            print(session["id"])
+            print(session_id)
         return
-    code = follow_session(api, session["id"])
+    err.print(f"jobgate: session {session_id} submitted", markup=False)
+    stop_apps = threading.Event()
+    watcher: list[threading.Thread] = []
+
+    def on_running() -> None:
+        if not interactive:
+            return
+        apps_api = client()
+        thread = threading.Thread(
+            target=_watch_apps,
+            args=(apps_api, session_id, lambda text: err.print(text, markup=False), stop_apps),
+            daemon=True,
+        )
+        thread.start()
+        watcher.append(thread)
+
+    code, _ = follow_session(
+        api,
+        session_id,
+        job_stdout=sys.stderr if output == Output.json else None,
+        on_running=on_running,
+    )
+    stop_apps.set()
+    final = api.get(f"/v1/sessions/{session_id}")
+    if final.get("status") in TERMINAL_STATUSES:
+        err.print(_summary(final, code), markup=False)
     if output == Output.json:
-        print_json(api.get(f"/v1/sessions/{session['id']}"))
+        print_json(final)
     raise typer.Exit(code)

@@ -76,8 +76,10 @@ def redact(url: str) -> str:
 
 @gateway_app.command("serve")
 def gateway_serve(
-    host: Annotated[str, typer.Option(envvar="JOBGATE_HOST")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="JOBGATE_PORT")] = 8420,
+    host: Annotated[str, typer.Option(envvar="JOBGATE_HOST", help="Address to listen on.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(envvar="JOBGATE_PORT", help="Port to listen on.")] = 8420,
     no_events: Annotated[
         bool, typer.Option(help="API only; another process consumes events")
     ] = False,
@@ -184,7 +186,9 @@ def _check_podman() -> None:
 
 
 @db_app.command("upgrade")
-def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+def db_upgrade(
+    revision: Annotated[str, typer.Argument(help="The Alembic revision to reach.")] = "head",
+) -> None:
     """Apply the Alembic migrations to JOBGATE_DATABASE_URL (or the embedded SQLite)."""
     from gateway.config import GatewaySettings
     from gateway.db.migrate import upgrade

@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
-from jobgate.commands.common import client
+from gateway.domain.status import SessionStatus
+from jobgate.commands.common import OutputOpt, client
 from jobgate.commands.run import build_request, follow_session
-from jobgate.render import Output, age, out, print_json, short_id, status_text, table
+from jobgate.render import (
+    Output,
+    age,
+    between,
+    command_text,
+    duration,
+    out,
+    print_json,
+    short_id,
+    slots_text,
+    stamp,
+    status_text,
+    table,
+)
 from plugins.scheduling.reasons import short_reason
 
 app = typer.Typer(help="Sessions: list, inspect, follow, stop.", no_args_is_help=True)
+
+SessionArg = Annotated[str, typer.Argument(help="Session id, unique id prefix, or name.")]
+
+
+class SessionType(StrEnum):
+    batch = "batch"
+    interactive = "interactive"
 
 
 def _reason(s: dict[str, Any], short: bool = False) -> str:
@@ -24,67 +46,72 @@ def _reason(s: dict[str, Any], short: bool = False) -> str:
 
 @app.command("ls")
 def list_sessions(
-    status: Annotated[list[str], typer.Option("--status", "-s", help="filter; repeatable")] = [],  # noqa: B006
-    type_: Annotated[str | None, typer.Option("--type", help="batch | interactive")] = None,
-    all_users: Annotated[bool, typer.Option("--all", help="admins: every user's")] = False,
-    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    status: Annotated[
+        list[SessionStatus],
+        typer.Option("--status", "-s", case_sensitive=False, help="Only these; repeatable."),
+    ] = [],  # noqa: B006
+    type_: Annotated[
+        SessionType | None, typer.Option("--type", help="Only sessions of this type.")
+    ] = None,
+    all_users: Annotated[
+        bool, typer.Option("--all", help="Every user's sessions (admins only).")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Sessions, newest first."""
     params: dict[str, Any] = {"limit": limit, "all": all_users}
     if status:
-        params["status"] = [s.upper() for s in status]
+        params["status"] = [str(s) for s in status]
     if type_:
-        params["type"] = type_
+        params["type"] = str(type_)
     page = client().get("/v1/sessions", params=params)
     if output == Output.json:
-        print_json(page)
+        print_json(page["items"])
         return
     rows = [
         [
             short_id(s["id"]),
-            s["name"] or "",
-            s["type"],
+            s["name"] or "-",
             status_text(s["status"]),
-            _reason(s, short=True),
-            s["node"] or "",
-            "" if s["exit_code"] is None else str(s["exit_code"]),
+            _reason(s, short=True) or "-",
+            s["node"] or "-",
+            "-" if s["exit_code"] is None else str(s["exit_code"]),
             age(s["created_at"]),
         ]
         for s in page["items"]
     ]
-    table(["ID", "NAME", "TYPE", "STATUS", "REASON", "NODE", "EXIT", "CREATED"], rows)
+    table(["ID", "NAME", "STATUS", "REASON", "NODE", "EXIT", "CREATED"], rows)
 
 
 @app.command("show")
-def show(
-    session: Annotated[str, typer.Argument(help="id, id prefix or name")],
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
-) -> None:
+def show(session: SessionArg, output: OutputOpt = Output.table) -> None:
     """Status, reason, exit code, node, resources, timestamps and the status history."""
     api = client()
     s = api.get(f"/v1/sessions/{api.resolve_session(session)}")
     if output == Output.json:
         print_json(s)
         return
-    fields = [
+    ran = between(s["started_at"], s["ended_at"])
+    fields: list[tuple[str, object]] = [
         ("id", s["id"]),
         ("name", s["name"] or "-"),
         ("type", s["type"]),
         ("owner", s["owner"]),
         ("status", status_text(s["status"])),
-        ("reason", _reason(s)),
+        ("reason", _reason(s) or "-"),
         ("exit code", "-" if s["exit_code"] is None else s["exit_code"]),
         ("image", s["image"] or "-"),
-        ("command", " ".join(s["command"]) or "-"),
+        ("command", command_text(s["command"])),
         ("working dir", s.get("working_dir") or "-"),
-        ("resources", ", ".join(f"{k}={v}" for k, v in s["resources"].items())),
+        ("resources", slots_text(s["resources"])),
         ("group", s["resource_group"]),
         ("priority", s["priority"]),
         ("node", s["node"] or "-"),
-        ("created", s["created_at"]),
-        ("started", s["started_at"] or "-"),
-        ("ended", s["ended_at"] or "-"),
+        ("created", stamp(s["created_at"])),
+        ("started", stamp(s["started_at"])),
+        ("ended", stamp(s["ended_at"])),
+        ("ran", duration(ran)),
     ]
     for k in s["kernels"]:
         devices = "; ".join(
@@ -105,20 +132,31 @@ def show(
     out.print("[bold]history[/]")
     for h in s.get("history") or []:
         before = h["from_status"] or "-"
-        out.print(f"  {h['at']}  {before:>11} → {status_text(h['to_status'])}  {h['reason']}")
+        out.print(
+            f"  {stamp(h['at'])}  {before:>11} → {status_text(h['to_status'])}  {h['reason']}"
+        )
 
 
 @app.command("logs")
 def logs(
-    session: Annotated[str, typer.Argument(help="id, id prefix or name")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream until it ends")] = False,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    session: SessionArg,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Stream until the session ends; Ctrl-C stops following, never the session.",
+        ),
+    ] = False,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Output of a session (stdout to stdout, stderr to stderr)."""
+    """Output of a session (its stdout to stdout, its stderr to stderr)."""
     api = client()
     session_id = api.resolve_session(session)
     if follow:
-        follow_session(api, session_id, quiet=True)
+        code, _ = follow_session(api, session_id, cancel_on_interrupt=False, quiet=True)
+        if code == 130:
+            raise typer.Exit(code)
         return
     entries = api.get(f"/v1/sessions/{session_id}/logs", params={"format": "json"})["items"]
     if output == Output.json:
@@ -132,9 +170,11 @@ def logs(
 
 @app.command("rm")
 def remove(
-    sessions: Annotated[list[str], typer.Argument(help="ids, id prefixes or names")],
-    force: Annotated[bool, typer.Option("--force", help="kill at once, no grace period")] = False,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    sessions: Annotated[
+        list[str], typer.Argument(help="Session ids, unique id prefixes or names.")
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Kill at once, no grace period.")] = False,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Cancel pending sessions or stop running ones."""
     api = client()
@@ -154,17 +194,30 @@ def remove(
     context_settings={"allow_interspersed_args": False},
 )
 def create(
-    command: Annotated[list[str] | None, typer.Argument()] = None,
-    image: Annotated[str | None, typer.Option()] = None,
-    cpu: Annotated[str | None, typer.Option()] = None,
-    mem: Annotated[str | None, typer.Option()] = None,
-    resource: Annotated[list[str], typer.Option("--resource", "-r")] = [],  # noqa: B006
-    env: Annotated[list[str], typer.Option("--env", "-e")] = [],  # noqa: B006
-    name: Annotated[str | None, typer.Option()] = None,
-    interactive: Annotated[bool, typer.Option()] = False,
-    output: Annotated[Output, typer.Option("--output", "-o")] = Output.table,
+    command: Annotated[
+        list[str] | None, typer.Argument(help="The command and its arguments, after --.")
+    ] = None,
+    image: Annotated[
+        str | None, typer.Option(help="Container image (default: the gateway's).")
+    ] = None,
+    cpu: Annotated[str | None, typer.Option(help="Cores, e.g. 2 or 0.5.")] = None,
+    mem: Annotated[str | None, typer.Option(help="Memory, e.g. 4g or 512m.")] = None,
+    resource: Annotated[
+        list[str],
+        typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5; repeatable."),
+    ] = [],  # noqa: B006
+    env: Annotated[
+        list[str], typer.Option("--env", "-e", help="KEY=VALUE environment; repeatable.")
+    ] = [],  # noqa: B006
+    name: Annotated[
+        str | None, typer.Option(help="A name, unique among your live sessions.")
+    ] = None,
+    interactive: Annotated[
+        bool, typer.Option(help="An interactive session (runs until stopped).")
+    ] = False,
+    output: OutputOpt = Output.table,
 ) -> None:
-    """Create a session without following it (like ``run --detach``)."""
+    """Create a session without following it (like `run --detach`)."""
     body = build_request(
         command or [],
         image=image,

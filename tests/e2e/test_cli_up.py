@@ -50,7 +50,7 @@ def test_detach_ls_show_logs_rm(up: UpStack) -> None:
     session_id = started.stdout.strip()
     assert len(session_id) == 36  # --detach prints the id and nothing else
     up.wait_status(session_id, {"RUNNING"})
-    listed = up.cli_json("sessions", "ls")["items"]
+    listed = up.cli_json("sessions", "ls")
     assert [s["id"] for s in listed] == [session_id]
     table = up.cli("sessions", "ls", check=True).stdout
     assert session_id[:8] in table
@@ -78,7 +78,7 @@ def test_ctrl_c_cancels_the_session(up: UpStack) -> None:
         assert run.stdout.readline() == "started\n"
         run.send_signal(signal.SIGINT)
         code = run.wait(30)
-    (session,) = up.cli_json("sessions", "ls")["items"]
+    (session,) = up.cli_json("sessions", "ls")
     assert session["status"] == "TERMINATED"
     assert code == session["exit_code"] == 143
 
@@ -108,7 +108,7 @@ def test_bad_input_is_a_clear_error(up: UpStack) -> None:
     assert bad.returncode == 1
     assert "must not be negative" in bad.stderr
     assert "resources.cpu" in bad.stderr
-    assert up.cli_json("sessions", "ls")["items"] == []
+    assert up.cli_json("sessions", "ls") == []
 
 
 def test_stop_leaves_nothing_behind_and_restart_keeps_everything(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_stop_leaves_nothing_behind_and_restart_keeps_everything(tmp_path: Path)
     second = UpStack(tmp_path, port=first.port, proxy_port=first.proxy_port)
     second.start()
     try:
-        sessions = {s["name"] or s["id"]: s for s in second.cli_json("sessions", "ls")["items"]}
+        sessions = {s["name"] or s["id"]: s for s in second.cli_json("sessions", "ls")}
         assert sessions["kept"]["status"] == "SUCCEEDED"
         assert second.cli("sessions", "logs", "kept", check=True).stdout == "remembered\n"
         stopped = sessions[running]

@@ -111,7 +111,7 @@ class Up(UpStack):
         return wait_for(lambda: self.ok("sessions", "logs", name) or None, f"output of {name}")
 
     def statuses(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        by_name = {s["name"]: s for s in self.cli_json("sessions", "ls")["items"]}
+        by_name = {s["name"]: s for s in self.cli_json("sessions", "ls")}
         return {n: by_name[n] for n in names}
 
     def clean(self) -> None:

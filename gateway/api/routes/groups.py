@@ -1,21 +1,28 @@
-"""/v1/resource-groups: the pools of nodes and each one's scheduler pipeline (admins)."""
+"""/v1/resource-groups: the pools of nodes and each one's scheduler pipeline (admins).
+
+``PUT`` creates a group or replaces it; ``PATCH`` is a JSON merge patch (RFC 7396): only
+the fields given change, and ``scheduler`` merges key by key (``null`` removes a key).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 
 from gateway.api.deps import Admin, CurrentUser, DbSession
 from gateway.db.models import Node, ResourceGroup
 from gateway.domain.errors import Invalid
+from gateway.domain.patch import merge_patch
 from plugins.scheduling.config import SchedulerConfig
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.pipeline import build_pipeline
 
 router = APIRouter(prefix="/v1/resource-groups", tags=["groups"])
+
+GroupName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class GroupSet(BaseModel):
@@ -24,6 +31,14 @@ class GroupSet(BaseModel):
     scheduler: dict[str, Any] = Field(
         default_factory=dict,
         description='pipeline configuration, e.g. {"sequencer": "drf", "scorers": ["dispersed"]}',
+    )
+
+
+class GroupPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str | None = Field(default=None, max_length=500)
+    scheduler: dict[str, Any] | None = Field(
+        default=None, description="merged into the pipeline configuration key by key"
     )
 
 
@@ -54,15 +69,33 @@ async def list_groups(_: CurrentUser, db: DbSession) -> list[GroupPublic]:
     ]
 
 
-@router.put("/{name}", operation_id="groups-set", response_model=GroupPublic)
-async def set_group(name: str, body: GroupSet, _: Admin, db: DbSession) -> GroupPublic:
-    """Create a group or replace its configuration; the pipeline is checked first."""
+def _check(scheduler: dict[str, Any]) -> None:
     try:
-        build_pipeline(SchedulerConfig.model_validate(body.scheduler))
+        build_pipeline(SchedulerConfig.model_validate(scheduler))
     except (SchedulerConfigError, ValueError) as exc:
         raise Invalid(
             f"the scheduler configuration does not work: {exc}", field="scheduler"
         ) from None
+
+
+async def _public(db: DbSession, group: ResourceGroup) -> GroupPublic:
+    nodes = (
+        await db.execute(
+            select(func.count()).select_from(Node).where(Node.resource_group == group.name)
+        )
+    ).scalar_one()
+    return GroupPublic(
+        name=group.name,
+        description=group.description,
+        scheduler=dict(group.scheduler),
+        nodes=nodes,
+    )
+
+
+@router.put("/{name}", operation_id="groups-set", response_model=GroupPublic)
+async def set_group(name: GroupName, body: GroupSet, _: Admin, db: DbSession) -> GroupPublic:
+    """Create a group or replace its configuration; the pipeline is checked first."""
+    _check(body.scheduler)
     async with db.begin():
         group = await db.get(ResourceGroup, name)
         if group is None:
@@ -70,9 +103,22 @@ async def set_group(name: str, body: GroupSet, _: Admin, db: DbSession) -> Group
             db.add(group)
         group.description = body.description
         group.scheduler = dict(body.scheduler)
-    nodes = (
-        await db.execute(select(func.count()).select_from(Node).where(Node.resource_group == name))
-    ).scalar_one()
-    return GroupPublic(
-        name=name, description=group.description, scheduler=dict(group.scheduler), nodes=nodes
-    )
+    return await _public(db, group)
+
+
+@router.patch("/{name}", operation_id="groups-update", response_model=GroupPublic)
+async def update_group(name: GroupName, body: GroupPatch, _: Admin, db: DbSession) -> GroupPublic:
+    """Change only the fields given (creates the group if there is none); checked first."""
+    given = body.model_dump(exclude_unset=True)
+    async with db.begin():
+        group = await db.get(ResourceGroup, name, with_for_update=True)
+        if group is None:
+            group = ResourceGroup(name=name, description="", scheduler={})
+            db.add(group)
+        if "description" in given:
+            group.description = body.description or ""
+        if "scheduler" in given:
+            scheduler = merge_patch(group.scheduler, body.scheduler) if body.scheduler else {}
+            _check(scheduler)
+            group.scheduler = scheduler
+    return await _public(db, group)

@@ -6,7 +6,7 @@ An entry overrides the image's own ``jobgate.service-ports`` label. Known app na
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 
@@ -82,10 +82,17 @@ async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> Image
     return ImagePublic(name=name, apps=apps)
 
 
-@router.delete("/{name:path}", operation_id="images-delete", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_image(name: str, _: Admin, db: DbSession) -> None:
+@router.delete(
+    "/{name:path}",
+    operation_id="images-delete",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def delete_image(name: str, _: Admin, db: DbSession) -> Response:
+    """Forget an image's apps. 204 with no body (and no content type)."""
     async with db.begin():
         row = await db.get(Image, name)
         if row is None:
             raise NotFound(f"no registered image {name!r}")
         await db.delete(row)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -3,19 +3,24 @@
 A policy limits concurrent sessions, pending sessions and total slots. The subject is
 a user or project name, or ``*`` for the default of every user (or project) without a
 policy of its own. Absent limits are unlimited.
+
+``PUT`` replaces a policy (limits not given become unlimited); ``PATCH`` is a JSON merge
+patch (RFC 7396): it changes only the limits given, ``null`` makes one unlimited, and
+``max_slots`` merges slot by slot (a slot set to ``null`` loses its limit).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 
 from gateway.api.deps import Admin, DbSession
 from gateway.db.models import Project, ResourcePolicy, User
-from gateway.domain.errors import NotFound
+from gateway.domain.errors import Invalid, NotFound
+from gateway.domain.patch import merge_patch
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from plugins.resources import InvalidResource, ResourceSlots
 
@@ -46,6 +51,28 @@ class PolicySet(BaseModel):
         if len(slots) != len(value):
             raise ValueError("a slot limit of 0 would block everything; use max_sessions=0")
         return value
+
+
+def _check_slots(value: dict[str, str | int | float]) -> None:
+    try:
+        slots = ResourceSlots.parse(value)
+    except InvalidResource as exc:
+        raise Invalid(f"{exc.slot}: {exc.message}", field=f"max_slots.{exc.slot}") from None
+    if len(slots) != len(value):
+        raise Invalid(
+            "a slot limit of 0 would block everything; use max_sessions=0", field="max_slots"
+        )
+
+
+class PolicyPatch(BaseModel):
+    """Only the fields given change; ``null`` makes a limit unlimited."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_sessions: int | None = Field(default=None, ge=0, description="running at once")
+    max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
+    max_slots: dict[str, str | int | float | None] | None = Field(
+        default=None, description='merged slot by slot, e.g. {"cpu": 16, "mem": null}'
+    )
 
 
 class PolicyPublic(BaseModel):
@@ -89,6 +116,13 @@ async def list_policies(_: Admin, db: DbSession) -> list[PolicyPublic]:
     return [_public(r, names) for r in rows]
 
 
+async def _row(db: DbSession, scope: Scope, subject_id: str) -> ResourcePolicy | None:
+    query = select(ResourcePolicy).where(
+        ResourcePolicy.scope == scope, ResourcePolicy.subject_id == subject_id
+    )
+    return (await db.execute(query.with_for_update())).scalar_one_or_none()
+
+
 @router.put("/{scope}/{subject}", operation_id="policies-set", response_model=PolicyPublic)
 async def set_policy(
     scope: Scope, subject: str, body: PolicySet, _: Admin, db: DbSession
@@ -96,13 +130,7 @@ async def set_policy(
     """Create or replace the policy of a user or project (``*``: the default)."""
     async with db.begin():
         subject_id = await _subject_id(db, scope, subject)
-        row = (
-            await db.execute(
-                select(ResourcePolicy).where(
-                    ResourcePolicy.scope == scope, ResourcePolicy.subject_id == subject_id
-                )
-            )
-        ).scalar_one_or_none()
+        row = await _row(db, scope, subject_id)
         if row is None:
             row = ResourcePolicy(scope=scope, subject_id=subject_id)
             db.add(row)
@@ -112,19 +140,42 @@ async def set_policy(
     return _public(row, {subject_id: subject})
 
 
-@router.delete(
-    "/{scope}/{subject}", operation_id="policies-delete", status_code=status.HTTP_204_NO_CONTENT
-)
-async def delete_policy(scope: Scope, subject: str, _: Admin, db: DbSession) -> None:
+@router.patch("/{scope}/{subject}", operation_id="policies-update", response_model=PolicyPublic)
+async def update_policy(
+    scope: Scope, subject: str, body: PolicyPatch, _: Admin, db: DbSession
+) -> PolicyPublic:
+    """Change only the limits given (creates the policy if there is none yet)."""
+    given = body.model_dump(exclude_unset=True)
     async with db.begin():
         subject_id = await _subject_id(db, scope, subject)
-        row = (
-            await db.execute(
-                select(ResourcePolicy).where(
-                    ResourcePolicy.scope == scope, ResourcePolicy.subject_id == subject_id
-                )
-            )
-        ).scalar_one_or_none()
+        row = await _row(db, scope, subject_id)
+        if row is None:
+            row = ResourcePolicy(scope=scope, subject_id=subject_id)
+            db.add(row)
+        if "max_sessions" in given:
+            row.max_sessions = body.max_sessions
+        if "max_pending" in given:
+            row.max_pending = body.max_pending
+        if "max_slots" in given:
+            slots = merge_patch(row.max_slots, body.max_slots or {}) if body.max_slots else {}
+            if slots:
+                _check_slots(slots)
+            row.max_slots = ResourceSlots.parse(slots).to_json() if slots else None
+    return _public(row, {subject_id: subject})
+
+
+@router.delete(
+    "/{scope}/{subject}",
+    operation_id="policies-delete",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def delete_policy(scope: Scope, subject: str, _: Admin, db: DbSession) -> Response:
+    """Remove a policy (its limits become unlimited). 204 with no body."""
+    async with db.begin():
+        subject_id = await _subject_id(db, scope, subject)
+        row = await _row(db, scope, subject_id)
         if row is None:
             raise NotFound(f"{scope} {subject!r} has no policy")
         await db.delete(row)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -11,6 +11,7 @@ from gateway.api.render import public, render, render_many
 from gateway.api.schemas import SessionCreate, SessionList, SessionPublic
 from gateway.apps import last_activity
 from gateway.domain.idle import idle_deadline, idle_timeout
+from gateway.domain.requests import SessionType
 from gateway.domain.status import SessionStatus
 from gateway.services.views import get_owned, list_page
 
@@ -31,7 +32,10 @@ async def create_session(
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
 ) -> SessionPublic:
-    """Queue a session. A repeated ``Idempotency-Key`` returns the first session (200)."""
+    """Queue a session. A repeated ``Idempotency-Key`` returns the first session (200).
+
+    A ``name`` is unique among the caller's live sessions: a taken one is a 409 problem
+    whose ``session`` is the live session that has it."""
     result = await state.sessions.create(principal, body, idempotency_key)
     if not result.created:
         response.status_code = status.HTTP_200_OK
@@ -49,9 +53,16 @@ async def list_sessions(
     state: State,
     db: DbSession,
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
-    type_: Annotated[list[str] | None, Query(alias="type")] = None,
+    type_: Annotated[list[SessionType] | None, Query(alias="type")] = None,
     id_prefix: Annotated[str | None, Query(max_length=36, pattern=r"^[0-9a-fA-F-]+$")] = None,
-    name: Annotated[str | None, Query(max_length=128)] = None,
+    name: Annotated[
+        str | None,
+        Query(
+            max_length=128,
+            description="the sessions with this name, newest first: the first is the one "
+            "the name means (the live one, else the newest that ended)",
+        ),
+    ] = None,
     all_users: Annotated[bool, Query(alias="all", description="admins: every user's")] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,

@@ -1,0 +1,104 @@
+"""No command ends in a traceback: every one, found by walking the command tree, is driven
+with bad input and must answer with an exit code and one line starting ``error:``.
+
+Here without a server (nothing listens on the URL); ``tests/e2e/test_cli_behaviour.py``
+drives the same commands against a running stack with unknown ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_tree import Leaf, leaves, run_cli
+
+from jobgate.localnet import free_port
+
+LEAVES = leaves()
+IDS = [leaf.name for leaf in LEAVES]
+
+
+@pytest.fixture
+def no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("JOBGATE_CONFIG", str(tmp_path / "absent.toml"))
+    monkeypatch.setenv("JOBGATE_URL", url)
+    monkeypatch.setenv("JOBGATE_API_KEY", "jg_not_a_key")
+    return url
+
+
+def test_the_tree_has_every_command_of_the_readme() -> None:
+    names = set(IDS)
+    for expected in (
+        "run",
+        "up",
+        "sessions ls",
+        "sessions logs",
+        "images rm",
+        "admin policies set",
+        "admin groups set",
+        "nodes drain",
+        "apps open",
+    ):
+        assert expected in names
+
+
+@pytest.mark.parametrize("leaf", LEAVES, ids=IDS)
+def test_unknown_option_is_a_one_line_usage_error(
+    leaf: Leaf, no_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_cli(capsys, *leaf.required("x"), "--no-such-option")
+    assert result.code == 2
+    line = result.one_line_error()
+    assert "--no-such-option" in line
+    assert f"jobgate {leaf.name} --help" in line
+
+
+@pytest.mark.parametrize("leaf", LEAVES, ids=IDS)
+def test_bad_option_values_are_usage_errors(
+    leaf: Leaf, no_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for option in leaf.typed_options():
+        result = run_cli(capsys, *leaf.required("x"), option, "not-a-value")
+        assert result.code == 2, (option, result)
+        assert option in result.one_line_error()
+
+
+@pytest.mark.parametrize("leaf", [x for x in LEAVES if x.is_client], ids=lambda x: x.name)
+def test_no_server_is_one_line_naming_the_url(
+    leaf: Leaf, no_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_cli(capsys, *leaf.required("x"))
+    assert result.code == 1, result
+    line = result.one_line_error()
+    assert no_server in line
+    assert "jobgate up" in line
+    assert result.out == ""
+
+
+@pytest.mark.parametrize("leaf", LEAVES, ids=IDS)
+def test_every_option_and_argument_has_help_and_no_type_names(
+    leaf: Leaf, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for p in leaf.params():
+        assert getattr(p, "help", None), f"{leaf.name}: {p.name} has no help text"
+    result = run_cli(capsys, *leaf.path, "--help")
+    assert result.code == 0
+    for raw in ("<str>", "list[", "<int", "<path>", "[bold", "[/]"):
+        assert raw not in result.out, f"{leaf.name} --help shows {raw!r}:\n{result.out}"
+
+
+def test_version_and_completion(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_cli(capsys, "--version")
+    assert result.code == 0
+    assert result.out.startswith("jobgate ")
+    result = run_cli(capsys, "--help")
+    assert "--install-completion" in result.out
+    assert "--show-completion" in result.out
+
+
+@pytest.mark.parametrize("leaf", [x for x in LEAVES if x.is_client], ids=lambda x: x.name)
+def test_every_client_command_takes_output_json(leaf: Leaf) -> None:
+    (output,) = [p for p in leaf.params() if p.name == "output"]
+    assert "--output" in output.opts
+    assert output.metavar == "table|json"

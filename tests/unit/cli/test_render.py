@@ -1,0 +1,56 @@
+"""One output style: sizes, times, durations, commands, and tables that fit 80 columns
+without cutting an id or a name."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from jobgate import render
+from jobgate.render import command_text, duration, slots_text, stamp, table
+
+ROWS = [
+    ["de178ee3", "a-rather-long-session-name", "SUCCEEDED", "exited with code 0 " * 3, "vm", "0"],
+    ["006dcfd7", "short", "PENDING", "no node fits: 1 node lacks cpu (largest free 1.5)", "-", "-"],
+]
+COLUMNS = ["ID", "NAME", "STATUS", "REASON", "NODE", "EXIT"]
+
+
+def test_a_table_on_an_80_column_terminal_wraps_reasons_and_keeps_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    terminal = Console(force_terminal=True, width=80, color_system=None, highlight=False)
+    monkeypatch.setattr(render, "out", terminal)
+    table(COLUMNS, ROWS)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "de178ee3  a-rather-long-session-name  SUCCEEDED  exited" in lines[1]
+    assert "…" not in "\n".join(lines)
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_a_table_into_a_pipe_is_never_wrapped(capsys: pytest.CaptureFixture[str]) -> None:
+    table(COLUMNS, ROWS)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    assert "no node fits: 1 node lacks cpu (largest free 1.5)" in lines[2]
+
+
+def test_values_read_the_same_everywhere() -> None:
+    assert stamp("2026-11-25T11:40:03.123456+00:00") == "2026-11-25T11:40:03Z"
+    assert stamp("2026-11-25T12:40:03.5+01:00") == "2026-11-25T11:40:03Z"
+    assert stamp(None) == "-"
+    assert [duration(s) for s in (0.42, 12, 65, 7380, 2 * 86400 + 3600)] == [
+        "0.4s",
+        "12s",
+        "1m05s",
+        "2h03m",
+        "2d01h",
+    ]
+    assert slots_text({"cpu": "2", "mem": str(512 * 1024**2), "cuda.shares": "0.5"}) == (
+        "cpu=2 mem=512MiB cuda.shares=0.5"
+    )
+    assert command_text(["sh", "-c", "echo 'hi there'; exit 3"]) == (
+        "sh -c 'echo '\"'\"'hi there'\"'\"'; exit 3'"
+    )
+    assert command_text([]) == "-"
