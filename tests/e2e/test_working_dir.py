@@ -106,11 +106,11 @@ def test_process_runtime_runs_the_users_script_in_its_own_copy(up: UpStack, tmp_
     assert not Path(cwd_first.removeprefix("cwd ")).exists()
     assert (tmp_path / "proj" / "data.csv").read_text() == "1,2,3\n"  # the laptop's copy
 
-    shown = up.cli("sessions", "show", up.cli_json("sessions", "ls")["items"][0]["id"], check=True)
+    shown = up.cli("sessions", "show", up.cli_json("sessions", "ls")[0]["id"], check=True)
     assert f"sha256:{blob.name}" in shown.stdout
 
     # a tree over the cap: a clear error naming the size and the biggest entry; nothing runs
-    before = len(up.cli_json("sessions", "ls")["items"])
+    before = len(up.cli_json("sessions", "ls"))
     (tmp_path / "proj" / "weights.bin").write_bytes(b"w" * 5000)
     big = run_in(
         up,
@@ -126,7 +126,7 @@ def test_process_runtime_runs_the_users_script_in_its_own_copy(up: UpStack, tmp_
     assert big.returncode == 1
     assert "over the 4.0 KiB limit" in big.stderr
     assert "biggest: weights.bin 4.9 KiB" in big.stderr
-    assert len(up.cli_json("sessions", "ls")["items"]) == before
+    assert len(up.cli_json("sessions", "ls")) == before
     assert len(blobs(up)) == 1
 
     # the API: a digest the gateway lacks is refused at submit; a lying upload is refused

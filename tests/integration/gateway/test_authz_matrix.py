@@ -55,11 +55,13 @@ MATRIX: dict[str, str] = {
     # configuration
     "GET /v1/resource-groups": USER,
     "PUT /v1/resource-groups/{name}": ADMIN,
+    "PATCH /v1/resource-groups/{name}": ADMIN,
     "GET /v1/images": USER,
     "PUT /v1/images/{name}": ADMIN,
     "DELETE /v1/images/{name}": ADMIN,
     "GET /v1/policies": ADMIN,
     "PUT /v1/policies/{scope}/{subject}": ADMIN,
+    "PATCH /v1/policies/{scope}/{subject}": ADMIN,
     "DELETE /v1/policies/{scope}/{subject}": ADMIN,
     # people
     "GET /v1/projects": USER,
