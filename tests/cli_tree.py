@@ -25,6 +25,7 @@ COMPONENTS = frozenset(
         "proxy serve",
         "db upgrade",
         "admin bootstrap",
+        "admin blobs gc",
     }
 )
 
