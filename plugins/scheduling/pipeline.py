@@ -1,7 +1,8 @@
 """Build a pipeline from a SchedulerConfig: plugins found by name, wired in order.
 
-Plugins come from the entry-point group ``jobgate.schedulers.v1``; the entry-point name
-is ``<kind>.<name>`` (``sequencer.drf``), so a third-party package adds a scorer with::
+Plugins are known as ``<kind>.<name>`` (``sequencer.drf``) in ``jobgate.schedulers.v1``:
+the built-in ones in :data:`plugins.scheduling.registry.IN_TREE`, others through entry
+points, so a third-party package adds a scorer with::
 
     [project.entry-points."jobgate.schedulers.v1"]
     "scorer.greenest" = "acme_sched:GreenestScorer"
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from plugins.loader import SCHEDULERS, PluginError, load_group
+from plugins.loader import SCHEDULERS, PluginError, load_group, names
 from plugins.scheduling.config import PluginRef, SchedulerConfig
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
@@ -110,25 +110,21 @@ def reset_registry() -> None:
 
 
 def _factory(kind: str, name: str) -> Any:
-    """The factory published as ``<kind>.<name>``; only that entry point is imported, so
-    a broken plugin elsewhere breaks only the groups that name it."""
+    """The factory known as ``<kind>.<name>``; of the third-party entry points only that
+    one is imported, so a broken plugin elsewhere breaks only the groups that name it."""
     key = f"{kind}.{name}"
     with _lock:
         if key in _registry:
             return _registry[key]
     try:
-        found = load_group(SCHEDULERS, KINDS[kind], select=lambda ep: ep.name == key)
+        found = load_group(SCHEDULERS, KINDS[kind], select=lambda n: n == key)
     except PluginError as exc:
         raise SchedulerConfigError(str(exc)) from exc
     if key not in found:
         prefix = kind + "."
-        names = sorted(
-            ep.name[len(prefix) :]
-            for ep in entry_points(group=SCHEDULERS)
-            if ep.name.startswith(prefix)
-        )
+        known = [n[len(prefix) :] for n in names(SCHEDULERS) if n.startswith(prefix)]
         raise SchedulerConfigError(
-            f"no {kind} plugin {name!r} in {SCHEDULERS} (available: {', '.join(names) or 'none'})"
+            f"no {kind} plugin {name!r} in {SCHEDULERS} (available: {', '.join(known) or 'none'})"
         )
     with _lock:
         _registry[key] = found[key]
