@@ -23,6 +23,12 @@ from pydantic import BaseModel, ValidationError
 from plugins.loader import SCHEDULERS, PluginError, load_group, names
 from plugins.scheduling.config import PluginRef, SchedulerConfig
 from plugins.scheduling.errors import SchedulerConfigError
+from plugins.scheduling.guard import (
+    GuardedGang,
+    GuardedScorer,
+    GuardedSequencer,
+    GuardedValidator,
+)
 from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
 
 __all__ = ["KINDS", "Pipeline", "build_pipeline", "pipeline_for", "reset_registry"]
@@ -39,46 +45,41 @@ KINDS: dict[str, type] = {
 
 @dataclass(frozen=True, slots=True)
 class Pipeline:
-    """The built plugins of one configuration, in the order a pass runs them."""
+    """The built plugins of one configuration, in the order a pass runs them.
+
+    Each is wrapped (:mod:`.guard`) so that a crash in a pass names its plugin; filters,
+    called for every node a search looks at, are guarded where they are called.
+    """
 
     config: SchedulerConfig
-    validators: tuple[Validator, ...]
-    sequencer: Sequencer
+    validators: tuple[GuardedValidator, ...]
+    sequencer: GuardedSequencer
     static_filters: tuple[Filter, ...]
     dynamic_filters: tuple[Filter, ...]
-    scorers: tuple[tuple[Scorer, float], ...]
-    gang: GangStep
+    scorers: tuple[tuple[GuardedScorer, float], ...]
+    gang: GuardedGang
     scan: Literal["sticky", "rotate"]
 
     @property
     def filters(self) -> tuple[Filter, ...]:
         return self.static_filters + self.dynamic_filters
 
-    def plugins(self) -> list[tuple[str, object]]:
-        """``(kind.name, instance)`` of every plugin, for error messages."""
-        found: list[tuple[str, object]] = [(f"validator.{v.name}", v) for v in self.validators]
-        found.append((f"sequencer.{self.sequencer.name}", self.sequencer))
-        found += [(f"filter.{f.name}", f) for f in self.filters]
-        found += [(f"scorer.{s.name}", s) for s, _ in self.scorers]
-        found.append((f"gang.{self.gang.name}", self.gang))
-        return found
-
 
 def build_pipeline(config: SchedulerConfig) -> Pipeline:
     """Load and configure every plugin *config* names; SchedulerConfigError if one is wrong."""
     # 1. validators: policy (quota, dependencies, start time) before any node is looked at
-    validators = tuple(_build("validator", ref) for ref in config.validators)
+    validators = tuple(GuardedValidator(_build("validator", ref)) for ref in config.validators)
     # 2. sequencer: the order sessions are tried in, within each priority band
-    sequencer = _build("sequencer", config.sequencer)
+    sequencer = GuardedSequencer(_build("sequencer", config.sequencer))
     # 3. filters: static ones (node facts) run once per pass and key; dynamic ones
     #    (fits: free room and devices) on every search, over what the static ones let in
     filters = [_build("filter", ref) for ref in config.filters]
     static = tuple(f for f in filters if getattr(f, "static", False))
     dynamic = tuple(f for f in filters if not getattr(f, "static", False))
     # 4. scorers: rank the sampled feasible nodes; weighted sum, ties to the lowest id
-    scorers = tuple((_build("scorer", ref), ref.weight) for ref in config.scorers)
+    scorers = tuple((GuardedScorer(_build("scorer", ref)), ref.weight) for ref in config.scorers)
     # 5. gang step: all containers of a session, or none
-    gang = _build("gang", config.gang)
+    gang = GuardedGang(_build("gang", config.gang))
     return Pipeline(
         config, validators, sequencer, static, dynamic, scorers, gang, _scan(config, scorers)
     )

@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 from plugins.scheduling import reasons as r
 from plugins.scheduling.devices import allocate, could_fit, pin
+from plugins.scheduling.guard import filter_failed
 from plugins.scheduling.pipeline import Pipeline
 from plugins.scheduling.reasons import Rejection, Tally
 from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
@@ -85,7 +86,10 @@ class Search:
             ctx, static = self.ctx, self.static
             for node in self.nodes:
                 for f in static:
-                    rejection = f.check(node, shape, ctx)
+                    try:
+                        rejection = f.check(node, shape, ctx)
+                    except Exception as exc:
+                        raise filter_failed(f, exc) from exc
                     if rejection is not None:
                         rejected.append(rejection)
                         break
@@ -142,7 +146,11 @@ class Search:
             node = pool[pos]
             if not (exclude and node.id in exclude):
                 for f in dynamic:
-                    if f.check(node, shape, ctx) is not None:
+                    try:
+                        refused = f.check(node, shape, ctx)
+                    except Exception as exc:
+                        raise filter_failed(f, exc) from exc
+                    if refused is not None:
                         if remember:
                             skip[pos] = pos + 1
                         break
@@ -183,7 +191,11 @@ class Search:
             if not (exclude and node.id in exclude):
                 last = pos
                 for f in dynamic:
-                    if f.check(node, shape, ctx) is not None:
+                    try:
+                        refused = f.check(node, shape, ctx)
+                    except Exception as exc:
+                        raise filter_failed(f, exc) from exc
+                    if refused is not None:
                         if remember:
                             skip[pos] = pos + 1
                         break
@@ -201,11 +213,7 @@ class Search:
             return min(nodes, key=lambda n: n.order)
         totals = [0.0] * len(nodes)
         for scorer, weight in self.scorers:
-            scores = scorer.score(nodes, shape, self.ctx)
-            if len(scores) != len(nodes):
-                raise ValueError(
-                    f"scorer {scorer.name} returned {len(scores)} scores for {len(nodes)} nodes"
-                )
+            scores = scorer.score(nodes, shape, self.ctx)  # as many as nodes (guard.py)
             for j, value in enumerate(scores):
                 totals[j] += weight * value
         best = 0
@@ -233,7 +241,10 @@ class Search:
                     tally.add(_TAKEN)
                 else:
                     for f in dynamic:
-                        refused = f.check(node, shape, ctx)
+                        try:
+                            refused = f.check(node, shape, ctx)
+                        except Exception as exc:
+                            raise filter_failed(f, exc) from exc
                         if refused is not None:
                             tally.add(refused)
                             break
