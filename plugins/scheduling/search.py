@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 from plugins.scheduling import reasons as r
 from plugins.scheduling.devices import allocate, could_fit, pin
+from plugins.scheduling.fit import allocation_misfit
 from plugins.scheduling.guard import filter_failed
 from plugins.scheduling.pipeline import Pipeline
 from plugins.scheduling.reasons import Rejection, Tally
@@ -264,12 +265,12 @@ class Search:
 
     # -- holding and giving back room ---------------------------------------------------
     def reserve(self, node: NodeView, shape: Shape, request: SessionRequest) -> Reserved:
-        """Take one container's room on *node* (a node the dynamic filters just passed)."""
-        free = node.free
-        for i, units in shape.need:
-            free[i] -= units
-        chosen: list[tuple[DeviceGroup, DeviceView, int]] = []
-        devices: dict[str, dict[str, Decimal]] = {}
+        """Take one container's room on *node* (a node the dynamic filters just passed).
+
+        The allocation chosen is checked with :func:`.fit.allocation_misfit`, the test
+        the applier makes on the node's row: what the planner places, it accepts.
+        """
+        picks: list[tuple[DeviceGroup, list[tuple[DeviceView, int]]]] = []
         for i, units in shape.dev_need:
             group = node.devs.get(i)
             if group is None:
@@ -280,9 +281,22 @@ class Search:
                     f"node {node.id} passed the filters but has no devices "
                     f"for {group.slot}; is the fits filter configured?"
                 )
+            picks.append((group, picked))
+        taken = [(d.id, a) for _, picked in picks for d, a in picked]
+        room = {d.id: d.free for _, picked in picks for d, _ in picked}
+        misfit = allocation_misfit(node.free, shape.need, room, taken, (), None, 0)
+        if misfit is not None:
+            raise RuntimeError(f"node {node.id} passed the filters but {misfit}")
+        free = node.free
+        for i, units in shape.need:
+            free[i] -= units
+        chosen: list[tuple[DeviceGroup, DeviceView, int]] = []
+        devices: dict[str, dict[str, Decimal]] = {}
+        for group, picked in picks:
             for device, amount in picked:
                 group.take(device, amount)
                 chosen.append((group, device, amount))
+            i = group.index
             devices[group.slot] = {d.id: self.ctx.amount(i, a) for d, a in picked}
         pinned = None
         if chosen and node.state.numa_cpus:
