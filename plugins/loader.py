@@ -30,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "ACCELERATORS",
+    "REGISTRIES",
     "RUNTIMES",
     "SCHEDULERS",
     "PluginError",
