@@ -7,33 +7,28 @@ each plugin through one such wrapper): a guarded call is the plugin's own call i
 original as its ``cause``. The planner turns that into a failed pass
 (:class:`~.errors.PlanError`), which the gateway logs and retries next tick.
 
-A wrapper's price is one extra call per plugin call; that is nothing for validators,
-sequencers, scorers and the gang step, but filters run for every node a search looks
-at, so they are guarded at their call sites instead (:func:`filter_failed`; a ``try``
-costs nothing in CPython 3.11 until something raises). A failure raised by a plugin
+Two ways, one rule: the sequencer (whose order is lazy: its code runs while the planner
+iterates) and the gang step are wrapped objects; validators, filters and scorers, called
+for every session, node and search, are guarded by a ``try`` where the planner calls them
+(:func:`failed`), which costs nothing in CPython 3.11 until something raises, where a
+wrapper would cost one more call each. A failure raised by a plugin
 that another plugin called (a filter inside the gang step's search) keeps the inner
 plugin's name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from plugins.scheduling.errors import PluginFailure, SchedulerError
-from plugins.scheduling.protocols import Filter, KernelPlacer, Verdict
-from plugins.scheduling.state import NodeView, PassContext, Shape
+from plugins.scheduling.protocols import KernelPlacer
+from plugins.scheduling.state import PassContext
 from plugins.scheduling.types import SessionRequest
 
-__all__ = [
-    "GuardedGang",
-    "GuardedScorer",
-    "GuardedSequencer",
-    "GuardedValidator",
-    "filter_failed",
-]
+__all__ = ["GuardedGang", "GuardedSequencer", "failed"]
 
 
 class _Guarded:
@@ -57,19 +52,6 @@ class _Guarded:
         return PluginFailure(self.label, exc)
 
 
-class GuardedValidator(_Guarded):
-    kind = "validator"
-
-    def check(self, request: SessionRequest, ctx: PassContext) -> Verdict | None:
-        try:
-            verdict: Verdict | None = self.plugin.check(request, ctx)
-        except SchedulerError:
-            raise
-        except Exception as exc:
-            raise self._failed(exc) from exc
-        return verdict
-
-
 class GuardedSequencer(_Guarded):
     kind = "sequencer"
 
@@ -90,37 +72,20 @@ class GuardedSequencer(_Guarded):
             raise self._failed(exc) from exc
 
 
-def filter_failed(f: Filter, exc: Exception) -> PluginFailure:
-    """The failure of filter *f*: filters are guarded where they are called.
+def failed(kind: str, plugin: Any, exc: Exception) -> PluginFailure:
+    """The failure of *plugin*, a ``kind`` plugin guarded where it is called.
 
-    A pass calls filters hundreds of thousands of times; a wrapper object would add a
-    call to each (a quarter more CPU for a pass of 50,000 sessions), while a ``try`` at
-    the call site costs nothing until something raises. Callers write::
+    Validators, filters and scorers run for every session, node or search of a pass; a
+    wrapper object would add a call to each (a quarter more CPU for a pass of 50,000
+    sessions when filters were wrapped), while a ``try`` at the call site costs nothing
+    until something raises. Callers write::
 
         try:
             rejection = f.check(node, shape, ctx)
         except Exception as exc:
-            raise filter_failed(f, exc) from exc
+            raise failed("filter", f, exc) from exc
     """
-    return PluginFailure(f"filter.{f.name}", exc)
-
-
-class GuardedScorer(_Guarded):
-    kind = "scorer"
-
-    def score(self, nodes: Sequence[NodeView], shape: Shape, ctx: PassContext) -> list[float]:
-        try:
-            scores: list[float] = self.plugin.score(nodes, shape, ctx)
-        except SchedulerError:
-            raise
-        except Exception as exc:
-            raise self._failed(exc) from exc
-        if len(scores) != len(nodes):
-            raise PluginFailure(
-                self.label,
-                ValueError(f"returned {len(scores)} scores for {len(nodes)} nodes"),
-            )
-        return scores
+    return PluginFailure(f"{kind}.{plugin.name}", exc)
 
 
 class GuardedGang(_Guarded):

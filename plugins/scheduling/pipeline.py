@@ -25,9 +25,7 @@ from plugins.scheduling.config import PluginRef, SchedulerConfig
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.guard import (
     GuardedGang,
-    GuardedScorer,
     GuardedSequencer,
-    GuardedValidator,
 )
 from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
 
@@ -47,16 +45,16 @@ KINDS: dict[str, type] = {
 class Pipeline:
     """The built plugins of one configuration, in the order a pass runs them.
 
-    Each is wrapped (:mod:`.guard`) so that a crash in a pass names its plugin; filters,
-    called for every node a search looks at, are guarded where they are called.
+    The sequencer and the gang step are wrapped (:mod:`.guard`) so that a crash in a pass
+    names its plugin; validators, filters and scorers are guarded where they are called.
     """
 
     config: SchedulerConfig
-    validators: tuple[GuardedValidator, ...]
+    validators: tuple[Validator, ...]
     sequencer: GuardedSequencer
     static_filters: tuple[Filter, ...]
     dynamic_filters: tuple[Filter, ...]
-    scorers: tuple[tuple[GuardedScorer, float], ...]
+    scorers: tuple[tuple[Scorer, float], ...]
     gang: GuardedGang
     scan: Literal["sticky", "rotate"]
 
@@ -68,7 +66,7 @@ class Pipeline:
 def build_pipeline(config: SchedulerConfig) -> Pipeline:
     """Load and configure every plugin *config* names; SchedulerConfigError if one is wrong."""
     # 1. validators: policy (quota, dependencies, start time) before any node is looked at
-    validators = tuple(GuardedValidator(_build("validator", ref)) for ref in config.validators)
+    validators = tuple(_build("validator", ref) for ref in config.validators)
     # 2. sequencer: the order sessions are tried in, within each priority band
     sequencer = GuardedSequencer(_build("sequencer", config.sequencer))
     # 3. filters: static ones (node facts) run once per pass and key; dynamic ones
@@ -77,7 +75,7 @@ def build_pipeline(config: SchedulerConfig) -> Pipeline:
     static = tuple(f for f in filters if getattr(f, "static", False))
     dynamic = tuple(f for f in filters if not getattr(f, "static", False))
     # 4. scorers: rank the sampled feasible nodes; weighted sum, ties to the lowest id
-    scorers = tuple((GuardedScorer(_build("scorer", ref)), ref.weight) for ref in config.scorers)
+    scorers = tuple((_build("scorer", ref), ref.weight) for ref in config.scorers)
     # 5. gang step: all containers of a session, or none
     gang = GuardedGang(_build("gang", config.gang))
     return Pipeline(

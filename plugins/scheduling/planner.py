@@ -28,7 +28,7 @@ from itertools import groupby
 from plugins.resources import ResourceSlots
 from plugins.scheduling import reasons as r
 from plugins.scheduling.errors import PlanError, PluginFailure, SchedulerError
-from plugins.scheduling.guard import filter_failed
+from plugins.scheduling.guard import failed
 from plugins.scheduling.pipeline import Pipeline, pipeline_for
 from plugins.scheduling.reasons import short_id, utc
 from plugins.scheduling.search import Reserved, Search
@@ -180,7 +180,10 @@ class _Pass:
             )
             return
         for validator in pipeline.validators:
-            verdict = validator.check(request, ctx)
+            try:
+                verdict = validator.check(request, ctx)
+            except Exception as exc:
+                raise failed("validator", validator, exc) from exc
             if verdict is not None:
                 if verdict.action == "cancel":
                     self.result.cancelled[request.id] = verdict.reason
@@ -212,7 +215,7 @@ class _Pass:
             try:
                 found.append(f.key(request))
             except Exception as exc:
-                raise filter_failed(f, exc) from exc
+                raise failed("filter", f, exc) from exc
         keys = tuple(found)
         key = (keys, request.cluster_size)
         shape = self.shapes.get(key)

@@ -40,8 +40,9 @@ from typing import NamedTuple
 
 from plugins.scheduling import reasons as r
 from plugins.scheduling.devices import allocate, could_fit, pin
+from plugins.scheduling.errors import PluginFailure
 from plugins.scheduling.fit import allocation_misfit
-from plugins.scheduling.guard import filter_failed
+from plugins.scheduling.guard import failed
 from plugins.scheduling.pipeline import Pipeline
 from plugins.scheduling.reasons import Rejection, Tally
 from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
@@ -90,7 +91,7 @@ class Search:
                     try:
                         rejection = f.check(node, shape, ctx)
                     except Exception as exc:
-                        raise filter_failed(f, exc) from exc
+                        raise failed("filter", f, exc) from exc
                     if rejection is not None:
                         rejected.append(rejection)
                         break
@@ -150,7 +151,7 @@ class Search:
                     try:
                         refused = f.check(node, shape, ctx)
                     except Exception as exc:
-                        raise filter_failed(f, exc) from exc
+                        raise failed("filter", f, exc) from exc
                     if refused is not None:
                         if remember:
                             skip[pos] = pos + 1
@@ -195,7 +196,7 @@ class Search:
                     try:
                         refused = f.check(node, shape, ctx)
                     except Exception as exc:
-                        raise filter_failed(f, exc) from exc
+                        raise failed("filter", f, exc) from exc
                     if refused is not None:
                         if remember:
                             skip[pos] = pos + 1
@@ -214,7 +215,13 @@ class Search:
             return min(nodes, key=lambda n: n.order)
         totals = [0.0] * len(nodes)
         for scorer, weight in self.scorers:
-            scores = scorer.score(nodes, shape, self.ctx)  # as many as nodes (guard.py)
+            try:
+                scores = scorer.score(nodes, shape, self.ctx)
+            except Exception as exc:
+                raise failed("scorer", scorer, exc) from exc
+            if len(scores) != len(nodes):
+                wrong = ValueError(f"returned {len(scores)} scores for {len(nodes)} nodes")
+                raise PluginFailure(f"scorer.{scorer.name}", wrong)
             for j, value in enumerate(scores):
                 totals[j] += weight * value
         best = 0
@@ -245,7 +252,7 @@ class Search:
                         try:
                             refused = f.check(node, shape, ctx)
                         except Exception as exc:
-                            raise filter_failed(f, exc) from exc
+                            raise failed("filter", f, exc) from exc
                         if refused is not None:
                             tally.add(refused)
                             break
@@ -267,8 +274,8 @@ class Search:
     def reserve(self, node: NodeView, shape: Shape, request: SessionRequest) -> Reserved:
         """Take one container's room on *node* (a node the dynamic filters just passed).
 
-        The allocation chosen is checked with :func:`.fit.allocation_misfit`, the test
-        the applier makes on the node's row: what the planner places, it accepts.
+        Devices chosen are checked with :func:`.fit.allocation_misfit`, the test the
+        applier makes on the node's row: what the planner places, it accepts.
         """
         picks: list[tuple[DeviceGroup, list[tuple[DeviceView, int]]]] = []
         for i, units in shape.dev_need:
@@ -282,11 +289,12 @@ class Search:
                     f"for {group.slot}; is the fits filter configured?"
                 )
             picks.append((group, picked))
-        taken = [(d.id, a) for _, picked in picks for d, a in picked]
-        room = {d.id: d.free for _, picked in picks for d, _ in picked}
-        misfit = allocation_misfit(node.free, shape.need, room, taken, (), None, 0)
-        if misfit is not None:
-            raise RuntimeError(f"node {node.id} passed the filters but {misfit}")
+        if picks:  # the slots alone were the fits filter's test (fit.short_slot) just now
+            taken = [(d.id, a) for _, picked in picks for d, a in picked]
+            room = {d.id: d.free for _, picked in picks for d, _ in picked}
+            misfit = allocation_misfit(node.free, shape.need, room, taken, (), None, 0)
+            if misfit is not None:
+                raise RuntimeError(f"node {node.id} passed the filters but {misfit}")
         free = node.free
         for i, units in shape.need:
             free[i] -= units
