@@ -210,13 +210,16 @@ class _Pass:
             self.blocker = request
 
     def _shape(self, request: SessionRequest) -> Shape:
-        found: list[Hashable] = []
-        for f in self.pipeline.filters:
-            try:
-                found.append(f.key(request))
-            except Exception as exc:
-                raise failed("filter", f, exc) from exc
-        keys = tuple(found)
+        filters = self.pipeline.filters
+        try:
+            keys = tuple(f.key(request) for f in filters)
+        except Exception:
+            for f in filters:  # which one (keys are pure: asking again is harmless)
+                try:
+                    f.key(request)
+                except Exception as exc:
+                    raise failed("filter", f, exc) from exc
+            raise
         key = (keys, request.cluster_size)
         shape = self.shapes.get(key)
         if shape is None:
