@@ -7,8 +7,8 @@ each plugin through one such wrapper): a guarded call is the plugin's own call i
 original as its ``cause``. The planner turns that into a failed pass
 (:class:`~.errors.PlanError`), which the gateway logs and retries next tick.
 
-Two ways, one rule: the sequencer (whose order is lazy: its code runs while the planner
-iterates) and the gang step are wrapped objects; validators, filters and scorers, called
+Two ways, one rule: the sequencer, whose order is lazy (its code runs while the planner
+iterates), is a wrapped object; validators, filters, scorers and the gang step, called
 for every session, node and search, are guarded by a ``try`` where the planner calls them
 (:func:`failed`), which costs nothing in CPython 3.11 until something raises, where a
 wrapper would cost one more call each. A failure raised by a plugin
@@ -24,11 +24,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from plugins.scheduling.errors import PluginFailure, SchedulerError
-from plugins.scheduling.protocols import KernelPlacer
 from plugins.scheduling.state import PassContext
 from plugins.scheduling.types import SessionRequest
 
-__all__ = ["GuardedGang", "GuardedSequencer", "failed"]
+__all__ = ["GuardedSequencer", "failed"]
 
 
 class _Guarded:
@@ -86,15 +85,3 @@ def failed(kind: str, plugin: Any, exc: Exception) -> PluginFailure:
             raise failed("filter", f, exc) from exc
     """
     return PluginFailure(f"{kind}.{plugin.name}", exc)
-
-
-class GuardedGang(_Guarded):
-    kind = "gang"
-
-    def place(self, request: SessionRequest, placer: KernelPlacer) -> bool:
-        try:
-            return bool(self.plugin.place(request, placer))
-        except SchedulerError:
-            raise  # a filter or scorer that failed inside the placer keeps its own name
-        except Exception as exc:
-            raise self._failed(exc) from exc

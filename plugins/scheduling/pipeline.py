@@ -24,7 +24,6 @@ from plugins.loader import SCHEDULERS, PluginError, load_group, names
 from plugins.scheduling.config import PluginRef, SchedulerConfig
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.guard import (
-    GuardedGang,
     GuardedSequencer,
 )
 from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
@@ -45,8 +44,8 @@ KINDS: dict[str, type] = {
 class Pipeline:
     """The built plugins of one configuration, in the order a pass runs them.
 
-    The sequencer and the gang step are wrapped (:mod:`.guard`) so that a crash in a pass
-    names its plugin; validators, filters and scorers are guarded where they are called.
+    The sequencer is wrapped (:mod:`.guard`) so that a crash in a pass names it;
+    validators, filters, scorers and the gang step are guarded where they are called.
     """
 
     config: SchedulerConfig
@@ -55,7 +54,7 @@ class Pipeline:
     static_filters: tuple[Filter, ...]
     dynamic_filters: tuple[Filter, ...]
     scorers: tuple[tuple[Scorer, float], ...]
-    gang: GuardedGang
+    gang: GangStep
     scan: Literal["sticky", "rotate"]
 
     @property
@@ -77,7 +76,7 @@ def build_pipeline(config: SchedulerConfig) -> Pipeline:
     # 4. scorers: rank the sampled feasible nodes; weighted sum, ties to the lowest id
     scorers = tuple((_build("scorer", ref), ref.weight) for ref in config.scorers)
     # 5. gang step: all containers of a session, or none
-    gang = GuardedGang(_build("gang", config.gang))
+    gang = _build("gang", config.gang)
     return Pipeline(
         config, validators, sequencer, static, dynamic, scorers, gang, _scan(config, scorers)
     )

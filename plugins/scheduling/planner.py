@@ -196,7 +196,13 @@ class _Pass:
         if shape.failure is None:
             shape.request = request
             placer = _Placer(self.search, shape, request)
-            if pipeline.gang.place(request, placer) and len(placer.held) == request.cluster_size:
+            try:
+                placed = pipeline.gang.place(request, placer)
+            except SchedulerError:
+                raise  # a filter or scorer that failed inside the placer keeps its name
+            except Exception as exc:
+                raise failed("gang", pipeline.gang, exc) from exc
+            if placed and len(placer.held) == request.cluster_size:
                 kernels = [held.kernel for held in placer.held]
                 self.result.placements.append(Placement(request.id, kernels))
                 ctx.charge(request, shape.need)
