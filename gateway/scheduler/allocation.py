@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway.db.models import Kernel, Node
 from plugins.resources import ResourceSlots
+from plugins.scheduling.fit import allocation_misfit, device_room
 
 __all__ = ["NodeLedger", "kernel_devices"]
 
@@ -65,25 +66,32 @@ class NodeLedger:
     def why_not(
         self, slots: ResourceSlots, devices: DeviceAmounts, cpus: list[int] | None
     ) -> str | None:
-        """None when the allocation fits now; else why not (for the pending reason)."""
-        short = slots.shortfall(self.capacity - self.occupied)
-        if short:
-            slot, have = next(iter(short.items()))
-            return f"{self.node_id} no longer has {slots[slot]} {slot} free (has {have})"
-        wanted: dict[str, Decimal] = {}
-        for per_device in devices.values():
-            for device_id, amount in per_device.items():
-                wanted[device_id] = wanted.get(device_id, _ZERO) + amount
-        for device_id, amount in wanted.items():
-            free = self.device_capacity.get(device_id, _ZERO) - self.device_used.get(
-                device_id, _ZERO
-            )
-            if amount > free:
-                return f"device {device_id} on {self.node_id} no longer has {amount} free"
-        taken = self.used_cpus.intersection(cpus or ())
-        if taken:
-            return f"cores {sorted(taken)} on {self.node_id} are taken"
-        return None
+        """None when the allocation fits now; else why not (for the pending reason).
+
+        The test is the planner's own (:func:`plugins.scheduling.fit.allocation_misfit`).
+        """
+        room = {
+            device_id: device_room(capacity, self.device_used.get(device_id, _ZERO), True)
+            for device_id, capacity in self.device_capacity.items()
+        }
+        taken = [(d, amount) for per_device in devices.values() for d, amount in per_device.items()]
+        misfit = allocation_misfit(
+            self.capacity - self.occupied,
+            list(slots.items()),
+            room,
+            taken,
+            self.used_cpus,
+            cpus,
+            _ZERO,
+        )
+        if misfit is None:
+            return None
+        if misfit.what == "slot":
+            slot = str(misfit.key)
+            return f"{self.node_id} no longer has {slots[slot]} {slot} free (has {misfit.free})"
+        if misfit.what == "device":
+            return f"device {misfit.key} on {self.node_id} no longer has {misfit.asked} free"
+        return f"cores {misfit.key} on {self.node_id} are taken"
 
     def take(self, slots: ResourceSlots, devices: DeviceAmounts, cpus: list[int] | None) -> None:
         self.occupied = self.occupied + slots

@@ -20,10 +20,10 @@ from gateway.db.models import Node, ResourceGroup, Session, SessionDependency
 from gateway.domain.status import SessionStatus
 from gateway.scheduler.policy import add_policy_view
 from plugins.resources import ResourceSlots
-from plugins.scheduling.config import SchedulerConfig
+from plugins.scheduling.config import SchedulerConfig, effective_config
 from plugins.scheduling.types import DeviceState, NodeState, NodeStatus, SessionRequest, Snapshot
 
-__all__ = ["alive_nodes", "build_snapshot", "node_state"]
+__all__ = ["alive_nodes", "build_snapshot", "group_config", "node_state", "planner_config"]
 
 
 async def alive_nodes(redis: Redis, node_ids: list[str]) -> set[str]:
@@ -96,21 +96,19 @@ def _request(row: Any, deps: list[str], require_limits: bool) -> SessionRequest:
 
 
 def group_config(group: ResourceGroup | None, settings: GatewaySettings) -> SchedulerConfig:
-    """The group's pipeline configuration, with the gateway-wide defaults under it.
-
-    "Require enforced limits" applies to sessions that *asked* for cpu or mem (every
-    session gets default amounts), so the gateway marks those requests itself and hands
-    the planner a config that does not judge the defaults.
-    """
-    raw = dict(group.scheduler) if group is not None else {}
-    raw.setdefault("allow_unenforced_fractions", settings.allow_unenforced_fractions)
-    raw["require_limits_enforced"] = False
-    return SchedulerConfig.model_validate(raw)
+    """The group's configuration in effect (:func:`effective_config`, as the API shows it)."""
+    return effective_config(
+        group.scheduler if group is not None else None,
+        allow_unenforced_fractions=settings.allow_unenforced_fractions,
+        require_limits_enforced=settings.require_limits_enforced,
+    )
 
 
-def requires_limits(group: ResourceGroup | None, settings: GatewaySettings) -> bool:
-    configured = (group.scheduler if group is not None else {}).get("require_limits_enforced")
-    return bool(configured if configured is not None else settings.require_limits_enforced)
+def planner_config(config: SchedulerConfig) -> SchedulerConfig:
+    """What the planner gets: "require enforced limits" applies to sessions that *asked*
+    for cpu or mem (every session gets default amounts), so the gateway marks those
+    requests itself (``requires_limits``) and the planner does not judge the defaults."""
+    return config.model_copy(update={"require_limits_enforced": False})
 
 
 _NODE_COLUMNS = (
@@ -164,7 +162,8 @@ async def build_snapshot(
     """
     now = await db_now(db)
     group = await db.get(ResourceGroup, resource_group)
-    require_limits = requires_limits(group, settings)
+    config = group_config(group, settings)
+    require_limits = config.require_limits_enforced
     nodes = list(
         await db.execute(select(*_NODE_COLUMNS).where(Node.resource_group == resource_group))
     )
@@ -193,7 +192,7 @@ async def build_snapshot(
         nodes=[node_state(n, n.id in alive) for n in nodes],
         pending=requests,
         resource_group=resource_group,
-        config=group_config(group, settings),
+        config=planner_config(config),
     )
     await add_policy_view(db, snapshot, deps)
     reasons = {row.id: row.pending_reason for row in pending}

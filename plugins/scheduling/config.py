@@ -17,16 +17,22 @@ A plugin is named by its short name (``fifo``); the entry point is ``<kind>.<nam
 ``jobgate.schedulers.v1`` (``sequencer.fifo``). ``options`` are validated by the plugin's
 own ``Settings`` model when the pipeline is built. Bad configuration is refused with a
 message naming the field, before any pass runs.
+
+What a group stores is what its operator wrote; :func:`effective_config` is the one
+reading of it, for the API (which checks and shows it) and the scheduler's snapshot
+alike: short names become ``{"name": ...}``, a field stored as ``null`` means its
+default, and the gateway-wide defaults go under what the group leaves unsaid.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["DEFAULT_FILTERS", "PluginRef", "SchedulerConfig", "ScorerRef"]
+__all__ = ["DEFAULT_FILTERS", "PluginRef", "SchedulerConfig", "ScorerRef", "effective_config"]
 
 #: the filters of the default pipeline, cheapest first; ``fits`` is always required
 DEFAULT_FILTERS = (
@@ -126,3 +132,21 @@ class SchedulerConfig(BaseModel):
             if doubled:
                 raise ValueError(f"{what} lists {', '.join(doubled)} more than once")
         return self
+
+
+def effective_config(
+    stored: Mapping[str, Any] | None,
+    *,
+    allow_unenforced_fractions: bool = False,
+    require_limits_enforced: bool = False,
+) -> SchedulerConfig:
+    """The configuration in effect for a group that stores *stored*.
+
+    The keyword arguments are the gateway-wide defaults (``JOBGATE_*`` settings) for the
+    two policies a group may leave to the gateway. Raises ``ValueError`` (pydantic's
+    ValidationError) naming the field when *stored* is not a valid configuration.
+    """
+    raw = {key: value for key, value in (stored or {}).items() if value is not None}
+    raw.setdefault("allow_unenforced_fractions", allow_unenforced_fractions)
+    raw.setdefault("require_limits_enforced", require_limits_enforced)
+    return SchedulerConfig.model_validate(raw)

@@ -8,6 +8,8 @@
 * :class:`PlanError` - a plugin (or the planner) raised while deciding. It names the
   plugin and the session being decided; the original exception is ``__cause__``. No
   partial plan is applied: a quota validator that crashed must not let sessions past.
+  Inside a pass every plugin call is wrapped (:mod:`.guard`) and a crash comes out as
+  :class:`PluginFailure` naming ``<kind>.<name>``; the planner adds the session.
 
 Both derive from :class:`SchedulerError`. A session that merely does not fit is neither:
 it is a result (``Plan.waiting``), not an exception.
@@ -15,7 +17,7 @@ it is a result (``Plan.waiting``), not an exception.
 
 from __future__ import annotations
 
-__all__ = ["PlanError", "SchedulerConfigError", "SchedulerError"]
+__all__ = ["PlanError", "PluginFailure", "SchedulerConfigError", "SchedulerError"]
 
 
 class SchedulerError(RuntimeError):
@@ -34,3 +36,12 @@ class PlanError(SchedulerError):
         super().__init__(f"scheduler plugin {plugin} failed{where}: {cause!r}")
         self.plugin = plugin
         self.session_id = session_id
+
+
+class PluginFailure(SchedulerError):
+    """A plugin call raised; ``plugin`` is ``<kind>.<name>``, ``cause`` what it raised."""
+
+    def __init__(self, plugin: str, cause: BaseException) -> None:
+        super().__init__(f"scheduler plugin {plugin} failed: {cause!r}")
+        self.plugin = plugin
+        self.cause = cause

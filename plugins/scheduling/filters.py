@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 from plugins.resources import CPU, MEM
 from plugins.scheduling import reasons as r
 from plugins.scheduling.devices import fit
+from plugins.scheduling.fit import short_slot
 from plugins.scheduling.reasons import Rejection
 from plugins.scheduling.state import NodeView, PassContext, Shape
 from plugins.scheduling.types import SessionRequest
@@ -219,11 +220,11 @@ class FitsFilter:
 
     def check(self, node: NodeView, shape: Shape, ctx: PassContext) -> Rejection | None:
         free = node.free
-        for i, units in shape.need:
-            if free[i] < units:
-                if not ctx.explaining:
-                    return r.REFUSED
-                return Rejection(r.LACKS, ctx.slots.names[i], ctx.amount(i, max(free[i], 0)))
+        i = short_slot(free, shape.need)  # the applier's test too (fit.py)
+        if i is not None:
+            if not ctx.explaining:
+                return r.REFUSED
+            return Rejection(r.LACKS, ctx.slots.names[i], ctx.amount(i, max(free[i], 0)))
         if shape.dev_need:
             devs = node.devs
             for i, units in shape.dev_need:

@@ -1,7 +1,8 @@
 """Build a pipeline from a SchedulerConfig: plugins found by name, wired in order.
 
-Plugins come from the entry-point group ``jobgate.schedulers.v1``; the entry-point name
-is ``<kind>.<name>`` (``sequencer.drf``), so a third-party package adds a scorer with::
+Plugins are known as ``<kind>.<name>`` (``sequencer.drf``) in ``jobgate.schedulers.v1``:
+the built-in ones in :data:`plugins.scheduling.registry.IN_TREE`, others through entry
+points, so a third-party package adds a scorer with::
 
     [project.entry-points."jobgate.schedulers.v1"]
     "scorer.greenest" = "acme_sched:GreenestScorer"
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from plugins.loader import SCHEDULERS, PluginError, load_group
+from plugins.loader import SCHEDULERS, PluginError, load_group, names
 from plugins.scheduling.config import PluginRef, SchedulerConfig
 from plugins.scheduling.errors import SchedulerConfigError
+from plugins.scheduling.guard import (
+    GuardedSequencer,
+)
 from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
 
 __all__ = ["KINDS", "Pipeline", "build_pipeline", "pipeline_for", "reset_registry"]
@@ -39,11 +42,15 @@ KINDS: dict[str, type] = {
 
 @dataclass(frozen=True, slots=True)
 class Pipeline:
-    """The built plugins of one configuration, in the order a pass runs them."""
+    """The built plugins of one configuration, in the order a pass runs them.
+
+    The sequencer is wrapped (:mod:`.guard`) so that a crash in a pass names it;
+    validators, filters, scorers and the gang step are guarded where they are called.
+    """
 
     config: SchedulerConfig
     validators: tuple[Validator, ...]
-    sequencer: Sequencer
+    sequencer: GuardedSequencer
     static_filters: tuple[Filter, ...]
     dynamic_filters: tuple[Filter, ...]
     scorers: tuple[tuple[Scorer, float], ...]
@@ -54,22 +61,13 @@ class Pipeline:
     def filters(self) -> tuple[Filter, ...]:
         return self.static_filters + self.dynamic_filters
 
-    def plugins(self) -> list[tuple[str, object]]:
-        """``(kind.name, instance)`` of every plugin, for error messages."""
-        found: list[tuple[str, object]] = [(f"validator.{v.name}", v) for v in self.validators]
-        found.append((f"sequencer.{self.sequencer.name}", self.sequencer))
-        found += [(f"filter.{f.name}", f) for f in self.filters]
-        found += [(f"scorer.{s.name}", s) for s, _ in self.scorers]
-        found.append((f"gang.{self.gang.name}", self.gang))
-        return found
-
 
 def build_pipeline(config: SchedulerConfig) -> Pipeline:
     """Load and configure every plugin *config* names; SchedulerConfigError if one is wrong."""
     # 1. validators: policy (quota, dependencies, start time) before any node is looked at
     validators = tuple(_build("validator", ref) for ref in config.validators)
     # 2. sequencer: the order sessions are tried in, within each priority band
-    sequencer = _build("sequencer", config.sequencer)
+    sequencer = GuardedSequencer(_build("sequencer", config.sequencer))
     # 3. filters: static ones (node facts) run once per pass and key; dynamic ones
     #    (fits: free room and devices) on every search, over what the static ones let in
     filters = [_build("filter", ref) for ref in config.filters]
@@ -110,25 +108,21 @@ def reset_registry() -> None:
 
 
 def _factory(kind: str, name: str) -> Any:
-    """The factory published as ``<kind>.<name>``; only that entry point is imported, so
-    a broken plugin elsewhere breaks only the groups that name it."""
+    """The factory known as ``<kind>.<name>``; of the third-party entry points only that
+    one is imported, so a broken plugin elsewhere breaks only the groups that name it."""
     key = f"{kind}.{name}"
     with _lock:
         if key in _registry:
             return _registry[key]
     try:
-        found = load_group(SCHEDULERS, KINDS[kind], select=lambda ep: ep.name == key)
+        found = load_group(SCHEDULERS, KINDS[kind], select=lambda n: n == key)
     except PluginError as exc:
         raise SchedulerConfigError(str(exc)) from exc
     if key not in found:
         prefix = kind + "."
-        names = sorted(
-            ep.name[len(prefix) :]
-            for ep in entry_points(group=SCHEDULERS)
-            if ep.name.startswith(prefix)
-        )
+        known = [n[len(prefix) :] for n in names(SCHEDULERS) if n.startswith(prefix)]
         raise SchedulerConfigError(
-            f"no {kind} plugin {name!r} in {SCHEDULERS} (available: {', '.join(names) or 'none'})"
+            f"no {kind} plugin {name!r} in {SCHEDULERS} (available: {', '.join(known) or 'none'})"
         )
     with _lock:
         _registry[key] = found[key]

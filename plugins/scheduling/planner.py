@@ -13,9 +13,10 @@
 
 Pure: no I/O, no clock (``snapshot.now`` is the database's), deterministic for a given
 snapshot (nodes in id order, ties to the lowest id). Every pending session ends up in
-exactly one of ``placements``, ``waiting`` (with a reason) or ``cancelled``. A plugin
-that raises fails the whole pass with :class:`~.errors.PlanError` naming it; the
-gateway logs that and tries again next tick (see :mod:`.errors`).
+exactly one of ``placements``, ``waiting`` (with a reason) or ``cancelled``. Every
+plugin call goes through its wrapper (:mod:`.guard`); a plugin that raises fails the
+whole pass with :class:`~.errors.PlanError` naming it and the session being decided;
+the gateway logs that and tries again next tick (see :mod:`.errors`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from itertools import groupby
 
 from plugins.resources import ResourceSlots
 from plugins.scheduling import reasons as r
-from plugins.scheduling.errors import PlanError, SchedulerError
+from plugins.scheduling.errors import PlanError, PluginFailure, SchedulerError
+from plugins.scheduling.guard import failed
 from plugins.scheduling.pipeline import Pipeline, pipeline_for
 from plugins.scheduling.reasons import short_id, utc
 from plugins.scheduling.search import Reserved, Search
@@ -95,10 +97,12 @@ class _Pass:
     def run(self) -> Plan:
         try:
             self._run()
+        except PluginFailure as failure:
+            raise PlanError(failure.plugin, self.current, failure.cause) from failure.cause
         except SchedulerError:
             raise
         except Exception as exc:
-            raise PlanError(_blame(exc, self.pipeline), self.current, exc) from exc
+            raise PlanError("planner", self.current, exc) from exc
         return self.result
 
     # -- setting up ---------------------------------------------------------------------
@@ -176,7 +180,10 @@ class _Pass:
             )
             return
         for validator in pipeline.validators:
-            verdict = validator.check(request, ctx)
+            try:
+                verdict = validator.check(request, ctx)
+            except Exception as exc:
+                raise failed("validator", validator, exc) from exc
             if verdict is not None:
                 if verdict.action == "cancel":
                     self.result.cancelled[request.id] = verdict.reason
@@ -189,7 +196,13 @@ class _Pass:
         if shape.failure is None:
             shape.request = request
             placer = _Placer(self.search, shape, request)
-            if pipeline.gang.place(request, placer) and len(placer.held) == request.cluster_size:
+            try:
+                placed = pipeline.gang.place(request, placer)
+            except SchedulerError:
+                raise  # a filter or scorer that failed inside the placer keeps its name
+            except Exception as exc:
+                raise failed("gang", pipeline.gang, exc) from exc
+            if placed and len(placer.held) == request.cluster_size:
                 kernels = [held.kernel for held in placer.held]
                 self.result.placements.append(Placement(request.id, kernels))
                 ctx.charge(request, shape.need)
@@ -203,7 +216,16 @@ class _Pass:
             self.blocker = request
 
     def _shape(self, request: SessionRequest) -> Shape:
-        keys = tuple(f.key(request) for f in self.pipeline.filters)
+        filters = self.pipeline.filters
+        try:
+            keys = tuple(f.key(request) for f in filters)
+        except Exception:
+            for f in filters:  # which one (keys are pure: asking again is harmless)
+                try:
+                    f.key(request)
+                except Exception as exc:
+                    raise failed("filter", f, exc) from exc
+            raise
         key = (keys, request.cluster_size)
         shape = self.shapes.get(key)
         if shape is None:
@@ -304,16 +326,3 @@ def _add_devices(view: NodeView, slots: SlotTable, share_quantum: Decimal) -> No
             quantum = units(i, q or (_ONE if whole else share_quantum))
             group = view.devs[i] = DeviceGroup(state.slot, i, whole, quantum, units(i, _ONE))
         group.add(DeviceView(state, units(i, state.capacity), units(i, state.used)))
-
-
-def _blame(exc: BaseException, pipeline: Pipeline) -> str:
-    """The plugin whose code raised (the deepest plugin frame), or "planner"."""
-    plugins = {id(instance): name for name, instance in pipeline.plugins()}
-    blamed = "planner"
-    tb = exc.__traceback__
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if owner is not None and id(owner) in plugins:
-            blamed = plugins[id(owner)]
-        tb = tb.tb_next
-    return blamed

@@ -40,6 +40,9 @@ from typing import NamedTuple
 
 from plugins.scheduling import reasons as r
 from plugins.scheduling.devices import allocate, could_fit, pin
+from plugins.scheduling.errors import PluginFailure
+from plugins.scheduling.fit import allocation_misfit
+from plugins.scheduling.guard import failed
 from plugins.scheduling.pipeline import Pipeline
 from plugins.scheduling.reasons import Rejection, Tally
 from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
@@ -85,7 +88,10 @@ class Search:
             ctx, static = self.ctx, self.static
             for node in self.nodes:
                 for f in static:
-                    rejection = f.check(node, shape, ctx)
+                    try:
+                        rejection = f.check(node, shape, ctx)
+                    except Exception as exc:
+                        raise failed("filter", f, exc) from exc
                     if rejection is not None:
                         rejected.append(rejection)
                         break
@@ -142,7 +148,11 @@ class Search:
             node = pool[pos]
             if not (exclude and node.id in exclude):
                 for f in dynamic:
-                    if f.check(node, shape, ctx) is not None:
+                    try:
+                        refused = f.check(node, shape, ctx)
+                    except Exception as exc:
+                        raise failed("filter", f, exc) from exc
+                    if refused is not None:
                         if remember:
                             skip[pos] = pos + 1
                         break
@@ -183,7 +193,11 @@ class Search:
             if not (exclude and node.id in exclude):
                 last = pos
                 for f in dynamic:
-                    if f.check(node, shape, ctx) is not None:
+                    try:
+                        refused = f.check(node, shape, ctx)
+                    except Exception as exc:
+                        raise failed("filter", f, exc) from exc
+                    if refused is not None:
                         if remember:
                             skip[pos] = pos + 1
                         break
@@ -201,11 +215,13 @@ class Search:
             return min(nodes, key=lambda n: n.order)
         totals = [0.0] * len(nodes)
         for scorer, weight in self.scorers:
-            scores = scorer.score(nodes, shape, self.ctx)
+            try:
+                scores = scorer.score(nodes, shape, self.ctx)
+            except Exception as exc:
+                raise failed("scorer", scorer, exc) from exc
             if len(scores) != len(nodes):
-                raise ValueError(
-                    f"scorer {scorer.name} returned {len(scores)} scores for {len(nodes)} nodes"
-                )
+                wrong = ValueError(f"returned {len(scores)} scores for {len(nodes)} nodes")
+                raise PluginFailure(f"scorer.{scorer.name}", wrong)
             for j, value in enumerate(scores):
                 totals[j] += weight * value
         best = 0
@@ -233,7 +249,10 @@ class Search:
                     tally.add(_TAKEN)
                 else:
                     for f in dynamic:
-                        refused = f.check(node, shape, ctx)
+                        try:
+                            refused = f.check(node, shape, ctx)
+                        except Exception as exc:
+                            raise failed("filter", f, exc) from exc
                         if refused is not None:
                             tally.add(refused)
                             break
@@ -253,12 +272,12 @@ class Search:
 
     # -- holding and giving back room ---------------------------------------------------
     def reserve(self, node: NodeView, shape: Shape, request: SessionRequest) -> Reserved:
-        """Take one container's room on *node* (a node the dynamic filters just passed)."""
-        free = node.free
-        for i, units in shape.need:
-            free[i] -= units
-        chosen: list[tuple[DeviceGroup, DeviceView, int]] = []
-        devices: dict[str, dict[str, Decimal]] = {}
+        """Take one container's room on *node* (a node the dynamic filters just passed).
+
+        Devices chosen are checked with :func:`.fit.allocation_misfit`, the test the
+        applier makes on the node's row: what the planner places, it accepts.
+        """
+        picks: list[tuple[DeviceGroup, list[tuple[DeviceView, int]]]] = []
         for i, units in shape.dev_need:
             group = node.devs.get(i)
             if group is None:
@@ -269,9 +288,23 @@ class Search:
                     f"node {node.id} passed the filters but has no devices "
                     f"for {group.slot}; is the fits filter configured?"
                 )
+            picks.append((group, picked))
+        if picks:  # the slots alone were the fits filter's test (fit.short_slot) just now
+            taken = [(d.id, a) for _, picked in picks for d, a in picked]
+            room = {d.id: d.free for _, picked in picks for d, _ in picked}
+            misfit = allocation_misfit(node.free, shape.need, room, taken, (), None, 0)
+            if misfit is not None:
+                raise RuntimeError(f"node {node.id} passed the filters but {misfit}")
+        free = node.free
+        for i, units in shape.need:
+            free[i] -= units
+        chosen: list[tuple[DeviceGroup, DeviceView, int]] = []
+        devices: dict[str, dict[str, Decimal]] = {}
+        for group, picked in picks:
             for device, amount in picked:
                 group.take(device, amount)
                 chosen.append((group, device, amount))
+            i = group.index
             devices[group.slot] = {d.id: self.ctx.amount(i, a) for d, a in picked}
         pinned = None
         if chosen and node.state.numa_cpus:

@@ -21,6 +21,7 @@ from typing import Any
 
 from plugins.resources import CPU, ResourceSlots
 from plugins.scheduling.config import SchedulerConfig
+from plugins.scheduling.fit import device_room
 from plugins.scheduling.slots import SlotTable
 from plugins.scheduling.types import DeviceState, Limits, NodeState, SessionRequest, Snapshot
 
@@ -41,7 +42,7 @@ class DeviceView:
         self.numa = state.numa_node
         self.healthy = state.healthy
         self.cap = cap
-        self.free = cap - used if state.healthy else 0
+        self.free = device_room(cap, used, state.healthy)
 
 
 class DeviceGroup:

@@ -2,6 +2,8 @@
 
 ``PUT`` creates a group or replaces it; ``PATCH`` is a JSON merge patch (RFC 7396): only
 the fields given change, and ``scheduler`` merges key by key (``null`` removes a key).
+Both check the pipeline with the one reading of a group's configuration that the
+scheduler's snapshot uses (``gateway.scheduler.snapshot.group_config``) before storing it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 
-from gateway.api.deps import Admin, CurrentUser, DbSession
+from gateway.api.deps import Admin, CurrentUser, DbSession, State
 from gateway.db.models import Node, ResourceGroup
 from gateway.domain.errors import Invalid
 from gateway.domain.patch import merge_patch
-from plugins.scheduling.config import SchedulerConfig
+from gateway.scheduler.snapshot import group_config
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.pipeline import build_pipeline
 
@@ -45,12 +47,43 @@ class GroupPatch(BaseModel):
 class GroupPublic(BaseModel):
     name: str
     description: str
-    scheduler: dict[str, Any]
+    scheduler: dict[str, Any] = Field(description="the configuration as it was set")
+    effective: dict[str, Any] = Field(
+        description="the configuration the scheduler runs: every plugin by name with its "
+        "options, the defaults (the gateway's included) filled in"
+    )
     nodes: int
 
 
+def _public(group: ResourceGroup, nodes: int, state: State) -> GroupPublic:
+    """A group as the API shows it; ``effective`` is exactly what the scheduler's snapshot
+    reads from the same row."""
+    effective = group_config(group, state.settings).model_dump(mode="json")
+    return GroupPublic(
+        name=group.name,
+        description=group.description,
+        scheduler=dict(group.scheduler),
+        effective=effective,
+        nodes=nodes,
+    )
+
+
+async def _node_count(db: DbSession, name: str) -> int:
+    query = select(func.count()).select_from(Node).where(Node.resource_group == name)
+    return int((await db.execute(query)).scalar_one())
+
+
+def _check(group: ResourceGroup, state: State) -> None:
+    try:
+        build_pipeline(group_config(group, state.settings))
+    except (SchedulerConfigError, ValueError) as exc:
+        raise Invalid(
+            f"the scheduler configuration does not work: {exc}", field="scheduler"
+        ) from None
+
+
 @router.get("", operation_id="groups-list", response_model=list[GroupPublic])
-async def list_groups(_: CurrentUser, db: DbSession) -> list[GroupPublic]:
+async def list_groups(_: CurrentUser, db: DbSession, state: State) -> list[GroupPublic]:
     counts = {
         group: n
         for group, n in await db.execute(
@@ -58,44 +91,15 @@ async def list_groups(_: CurrentUser, db: DbSession) -> list[GroupPublic]:
         )
     }
     rows = (await db.execute(select(ResourceGroup).order_by(ResourceGroup.name))).scalars()
-    return [
-        GroupPublic(
-            name=g.name,
-            description=g.description,
-            scheduler=dict(g.scheduler),
-            nodes=counts.get(g.name, 0),
-        )
-        for g in rows
-    ]
-
-
-def _check(scheduler: dict[str, Any]) -> None:
-    try:
-        build_pipeline(SchedulerConfig.model_validate(scheduler))
-    except (SchedulerConfigError, ValueError) as exc:
-        raise Invalid(
-            f"the scheduler configuration does not work: {exc}", field="scheduler"
-        ) from None
-
-
-async def _public(db: DbSession, group: ResourceGroup) -> GroupPublic:
-    nodes = (
-        await db.execute(
-            select(func.count()).select_from(Node).where(Node.resource_group == group.name)
-        )
-    ).scalar_one()
-    return GroupPublic(
-        name=group.name,
-        description=group.description,
-        scheduler=dict(group.scheduler),
-        nodes=nodes,
-    )
+    return [_public(g, counts.get(g.name, 0), state) for g in rows]
 
 
 @router.put("/{name}", operation_id="groups-set", response_model=GroupPublic)
-async def set_group(name: GroupName, body: GroupSet, _: Admin, db: DbSession) -> GroupPublic:
+async def set_group(
+    name: GroupName, body: GroupSet, _: Admin, db: DbSession, state: State
+) -> GroupPublic:
     """Create a group or replace its configuration; the pipeline is checked first."""
-    _check(body.scheduler)
+    _check(ResourceGroup(name=name, description=body.description, scheduler=body.scheduler), state)
     async with db.begin():
         group = await db.get(ResourceGroup, name)
         if group is None:
@@ -103,11 +107,13 @@ async def set_group(name: GroupName, body: GroupSet, _: Admin, db: DbSession) ->
             db.add(group)
         group.description = body.description
         group.scheduler = dict(body.scheduler)
-    return await _public(db, group)
+    return _public(group, await _node_count(db, name), state)
 
 
 @router.patch("/{name}", operation_id="groups-update", response_model=GroupPublic)
-async def update_group(name: GroupName, body: GroupPatch, _: Admin, db: DbSession) -> GroupPublic:
+async def update_group(
+    name: GroupName, body: GroupPatch, _: Admin, db: DbSession, state: State
+) -> GroupPublic:
     """Change only the fields given (creates the group if there is none); checked first."""
     given = body.model_dump(exclude_unset=True)
     async with db.begin():
@@ -119,6 +125,6 @@ async def update_group(name: GroupName, body: GroupPatch, _: Admin, db: DbSessio
             group.description = body.description or ""
         if "scheduler" in given:
             scheduler = merge_patch(group.scheduler, body.scheduler) if body.scheduler else {}
-            _check(scheduler)
+            _check(ResourceGroup(name=name, scheduler=scheduler), state)
             group.scheduler = scheduler
-    return await _public(db, group)
+    return _public(group, await _node_count(db, name), state)

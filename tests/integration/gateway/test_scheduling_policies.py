@@ -158,10 +158,18 @@ async def test_a_broken_scheduler_config_is_refused(stack: Stack) -> None:
     async with stack.client() as api:
         r = await api.put("/v1/resource-groups/gpu", json={"scheduler": {"sequencer": "nope"}})
         ok = await api.put("/v1/resource-groups/gpu", json={"scheduler": {"sequencer": "lifo"}})
+        listed = await api.get("/v1/resource-groups")
     assert r.status_code == 422
     assert r.json()["field"] == "scheduler"
     assert "nope" in r.json()["detail"]
     assert ok.status_code == 200
+    # stored as written; shown also as the scheduler reads it (snapshot.group_config)
+    assert ok.json()["scheduler"] == {"sequencer": "lifo"}
+    effective = ok.json()["effective"]
+    assert effective["sequencer"] == {"name": "lifo", "options": {}}
+    assert effective["allow_unenforced_fractions"] is False
+    assert [f["name"] for f in effective["filters"]][-1] == "fits"
+    assert {g["name"]: g["effective"] for g in listed.json()}["gpu"] == effective
 
 
 async def test_heuristic_fifo_head_stops_blocking_after_failed_passes(stack: Stack) -> None:
