@@ -77,12 +77,17 @@ async def test_patch_changes_only_the_fields_given(any_stack: Stack) -> None:
         r = await api.patch(
             "/v1/resource-groups/gpu", json={"scheduler": {"scorers": ["dispersed"]}}
         )
-        assert r.json() == {
+        group = r.json()
+        effective = group.pop("effective")
+        assert group == {
             "name": "gpu",
             "description": "GPU boxes",
             "scheduler": {"sequencer": "drf", "scorers": ["dispersed"]},
             "nodes": 0,
         }
+        # what the scheduler runs: the patch merged, the rest the defaults
+        assert effective["sequencer"]["name"] == "drf"
+        assert [s["name"] for s in effective["scorers"]] == ["dispersed"]
         bad = await api.patch("/v1/resource-groups/gpu", json={"scheduler": {"sequencer": "nope"}})
         assert bad.status_code == 422
         assert bad.json()["field"] == "scheduler"

@@ -73,6 +73,7 @@ def node_rows(draw: st.DrawFn, node_id: str) -> SimpleNamespace:
         device_used=device_used,
         limits_enforced=True,
         bind_mounts=True,
+        images="either",
         fraction_enforcement="mps",
         numa_cpus=numa_cpus if cpu else {},
         used_cpus={"cpus": sorted(used_cpus)} if used_cpus else {},
