@@ -80,6 +80,10 @@ class GatewaySettings(BaseSettings):
     requeue_after_s: float = 30.0
     #: sessions on a node whose heartbeat stopped this long end ERROR
     node_lost_timeout_s: float = 300.0
+    #: ``jobgate scheduler run`` serves Prometheus /metrics on this port; unset: not served
+    scheduler_metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: the address it listens on (0.0.0.0 for a Prometheus on another machine)
+    scheduler_metrics_host: str = "127.0.0.1"
 
     # -- API --------------------------------------------------------------------------
     api_key_cache_s: float = 5.0
