@@ -8,7 +8,8 @@
     jobgate nodes ls|show|drain|cordon|uncordon
     jobgate admin users|projects|policies|groups ...
     jobgate apps ls|open SESSION [APP]        jobgate images ls|add|rm
-    jobgate gateway serve | scheduler run | worker run | proxy serve | db upgrade
+    jobgate gateway serve | scheduler run | worker run | proxy serve
+    jobgate db upgrade|backup|restore   jobgate service install   jobgate admin config
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import typer
 
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, nodes, serve, sessions
+from jobgate.commands import admin, apps, db, nodes, serve, sessions
 from jobgate.commands.run import run
 from jobgate.commands.up import up
 from jobgate.render import err
@@ -46,6 +47,8 @@ app.add_typer(serve.gateway_app, name="gateway")
 app.add_typer(serve.scheduler_app, name="scheduler")
 app.add_typer(serve.worker_app, name="worker")
 app.add_typer(serve.db_app, name="db")
+serve.db_app.command("backup")(db.backup)
+serve.db_app.command("restore")(db.restore)
 app.add_typer(serve.proxy_app, name="proxy")
 
 
