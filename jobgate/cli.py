@@ -19,7 +19,7 @@ import sys
 import typer
 
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, db, nodes, serve, sessions
+from jobgate.commands import admin, apps, config, db, nodes, serve, sessions
 from jobgate.commands.run import run
 from jobgate.commands.up import up
 from jobgate.render import err
@@ -43,6 +43,7 @@ app.add_typer(nodes.app, name="nodes")
 app.add_typer(apps.apps_app, name="apps")
 app.add_typer(apps.images_app, name="images")
 app.add_typer(admin.app, name="admin")
+admin.app.add_typer(config.app, name="config")
 app.add_typer(serve.gateway_app, name="gateway")
 app.add_typer(serve.scheduler_app, name="scheduler")
 app.add_typer(serve.worker_app, name="worker")
