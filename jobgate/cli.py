@@ -19,7 +19,7 @@ import sys
 import typer
 
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, config, db, nodes, serve, sessions
+from jobgate.commands import admin, apps, config, db, nodes, serve, service, sessions
 from jobgate.commands.run import run
 from jobgate.commands.up import up
 from jobgate.render import err
@@ -51,6 +51,7 @@ app.add_typer(serve.db_app, name="db")
 serve.db_app.command("backup")(db.backup)
 serve.db_app.command("restore")(db.restore)
 app.add_typer(serve.proxy_app, name="proxy")
+app.add_typer(service.app, name="service")
 
 
 def main() -> None:
