@@ -53,6 +53,8 @@ need() { [[ $REBUILD == 1 ]] || ! upodman image exists "$1"; }
 
 if need "$SERVICES"; then
     if [[ ! -s $CACHE/services-rootfs.tar ]]; then
+        command -v mmdebstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install \
+            -y -q --no-install-recommends mmdebstrap >/dev/null
         say "Debian rootfs with postgresql and redis-server (mmdebstrap, ~1 min)"
         # shellcheck disable=SC2016  # $1 is the hook's argument
         mmdebstrap --quiet --variant=apt --mode=root \
@@ -81,7 +83,13 @@ if need "$JOBGATE"; then
     ctx=$CACHE/jobgate-ctx
     rm -rf "$ctx" && mkdir -p "$ctx/wheels"
     say "wheels of jobgate and its dependencies (pip download, cp311 manylinux)"
-    .venv/bin/python -m pip wheel -q --no-deps --wheel-dir "$ctx/wheels" . >/dev/null
+    # from a copy: setuptools leaves build/ behind, and would reuse a stale one
+    mkdir -p "$ctx/src"
+    cp -r pyproject.toml README.md contract gateway workers plugins appproxy migrations jobgate \
+        "$ctx/src/"
+    find "$ctx/src" -name __pycache__ -prune -exec rm -rf {} +
+    .venv/bin/python -m pip wheel -q --no-deps --wheel-dir "$ctx/wheels" "$ctx/src" >/dev/null
+    rm -rf "$ctx/src"
     deps=$(.venv/bin/python - <<'EOF'
 import tomllib
 print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))
