@@ -21,8 +21,9 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
+from urllib.parse import unquote
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.constants import job_key_prefix, result_key_prefix
@@ -38,8 +39,24 @@ __all__ = [
     "json_deserializer",
     "json_serializer",
     "make_worker",
+    "redis_settings",
     "stop",
 ]
+
+
+def redis_settings(redis_url: str) -> RedisSettings:
+    """arq's settings for a ``redis://[user:password@]host:port/db`` URL.
+
+    arq's own ``from_dsn`` keeps a percent-escaped password escaped (``p%40ss`` for
+    ``p@ss``), so a password with URL-special characters never matched; redis-py's
+    ``from_url`` unescapes, and so does this.
+    """
+    found = RedisSettings.from_dsn(redis_url)
+    return replace(
+        found,
+        username=unquote(found.username) if found.username else None,
+        password=unquote(found.password) if found.password else None,
+    )
 
 
 def json_serializer(obj: dict[str, Any]) -> bytes:
@@ -53,7 +70,7 @@ def json_deserializer(raw: bytes) -> dict[str, Any]:
 
 async def connect(redis_url: str, *, default_queue: str = "arq:queue") -> ArqRedis:
     pool: ArqRedis = await create_pool(
-        RedisSettings.from_dsn(redis_url),
+        redis_settings(redis_url),
         job_serializer=json_serializer,
         job_deserializer=json_deserializer,
         default_queue_name=default_queue,
@@ -141,7 +158,7 @@ def make_worker(
         functions=functions,
         cron_jobs=cron_jobs,
         queue_name=queue,
-        redis_settings=RedisSettings.from_dsn(redis_url),
+        redis_settings=redis_settings(redis_url),
         job_serializer=json_serializer,
         job_deserializer=json_deserializer,
         handle_signals=handle_signals,

