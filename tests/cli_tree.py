@@ -15,7 +15,8 @@ from jobgate.cli import command_tree, invoke
 
 __all__ = ["COMPONENTS", "Leaf", "Result", "leaves", "run_cli"]
 
-#: commands that start a component (or use the database) rather than call the API
+#: commands that start a component, use the database or write local files rather than
+#: call the API
 COMPONENTS = frozenset(
     {
         "up",
@@ -26,6 +27,9 @@ COMPONENTS = frozenset(
         "db upgrade",
         "admin bootstrap",
         "admin blobs gc",
+        "db backup",
+        "db restore",
+        "service install",
     }
 )
 

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from jobgate.commands.common import client
-from jobgate.render import err, out
+from jobgate.commands.common import OutputOpt, client
+from jobgate.render import Output, err, out, print_json
 
 __all__ = ["app"]
 
@@ -28,6 +28,7 @@ app = typer.Typer(
 @app.command("export")
 def export_config(
     file: Annotated[str, typer.Argument(help="where to write it (- for stdout)")],
+    output: OutputOpt = Output.table,
 ) -> None:
     """Write the configuration as JSON (API keys and other secrets are excluded)."""
     from jobgate.configfile import export
@@ -38,15 +39,18 @@ def export_config(
         return
     Path(file).write_text(text)
     doc = json.loads(text)
-    counts = ", ".join(
-        f"{len(v)} {k.replace('_', ' ')}" for k, v in doc.items() if isinstance(v, list)
-    )
+    sizes = {k: len(v) for k, v in doc.items() if isinstance(v, list)}
+    if output == Output.json:
+        print_json({"file": file, "exported": sizes})
+        return
+    counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sizes.items())
     err.print(f"exported {counts} to {file}")
 
 
 @app.command("import")
 def import_config(
     file: Annotated[str, typer.Argument(help="a file `config export` wrote (- for stdin)")],
+    output: OutputOpt = Output.table,
 ) -> None:
     """Create or update what the file holds; what is already equal is left alone."""
     from jobgate.configfile import ConfigError, import_
@@ -66,6 +70,10 @@ def import_config(
     except ConfigError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from None
+    totals = {w: outcome.count(w) for w in ("created", "updated", "unchanged", "skipped")}
+    if output == Output.json:
+        print_json({"sections": outcome.done, **totals})
+        return
     nouns = {"resource_groups": "resource group", "policies": "policy"}
     for section, per in outcome.done.items():
         for what in ("created", "updated", "skipped"):
