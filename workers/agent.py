@@ -56,7 +56,7 @@ from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
 from workers.state import KernelState, StateStore, attempt_ref, parse_ref
-from workers.workdir import BlobClient, WorkdirCache
+from workers.workdir import BlobClient, WorkdirCache, workdir_root
 
 __all__ = ["Agent", "NodeAgent"]
 
@@ -373,7 +373,7 @@ class Agent:
         workdirs = None
         if s.sim_nodes <= 0:
             workdirs = WorkdirCache(
-                s.effective_workdir_root,
+                workdir_root(s.workdir_root, s.state_dir, runtime_name, s.instance_id),
                 BlobClient(s.gateway_url, s.node_token.get_secret_value()),
                 s.workdir_cache_bytes,
             )

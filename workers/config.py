@@ -90,7 +90,3 @@ class WorkerSettings(BaseSettings):
     @property
     def state_dir(self) -> Path:
         return self.data_dir / "worker" / self.node_id
-
-    @property
-    def effective_workdir_root(self) -> Path:
-        return self.workdir_root or self.state_dir / "workdirs"

@@ -224,3 +224,36 @@ def safe_extract(tar_path: Path, target: Path) -> None:
                 tar.extract(member, real_root, filter="data")
             except (tarfile.FilterError, OSError) as exc:
                 raise UnsafeArchive(f"cannot unpack {member.name!r}: {exc}") from None
+
+
+def workdir_root(configured: Path | None, state_dir: Path, runtime: str, instance: str) -> Path:
+    """Where this worker keeps working directories.
+
+    ``JOBGATE_WORKDIR_ROOT`` when set, else ``state_dir/workdirs``, except for a worker
+    running as root beside another user's rootless Podman (``jobgate up`` as root, CI):
+    that user must traverse to the copies it bind-mounts, and a data directory is 0700.
+    Then ``/var/tmp/jobgate-workdirs-<instance>``: the root 0711 (traversable, not
+    listable), the tar cache 0700 (root only), each copy handed to the Podman user.
+    """
+    if configured is not None:
+        return configured
+    default = state_dir / "workdirs"
+    if runtime != "podman" or os.geteuid() != 0 or _podman_socket_owner() in (None, 0):
+        return default
+    root = Path("/var/tmp") / f"jobgate-workdirs-{instance}"
+    for path, mode in ((root, 0o711), (root / "kernels", 0o711), (root / "cache", 0o700)):
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+        path.chmod(mode)
+    return root
+
+
+def _podman_socket_owner() -> int | None:
+    from plugins.runtimes.podman.settings import PodmanSettings
+
+    socket = PodmanSettings().socket
+    if not socket.startswith("unix://"):
+        return None
+    try:
+        return os.stat(socket.removeprefix("unix://")).st_uid
+    except OSError:
+        return None

@@ -94,7 +94,7 @@ def test_run_keeps_its_notes_on_stderr_and_ends_with_a_summary(up: UpStack) -> N
     assert "out" in as_json.stderr.splitlines()
 
     shown = up.cli("sessions", "show", session["id"][:8], check=True).stdout
-    assert "command    sh -c 'echo out'" in shown
+    assert re.search(r"^command +sh -c 'echo out'$", shown, re.M), shown
     assert re.search(r"created\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", shown)
     assert "mem=512MiB" in shown
     assert isinstance(up.cli_json("sessions", "ls", "--status", "succeeded"), list)
@@ -133,6 +133,10 @@ def test_admin_commands_change_only_what_is_given(up: UpStack) -> None:
     assert "interactive" in bad.stderr
 
 
+#: client commands whose argument is a file they write, not something to find
+WRITES_A_FILE = {"admin config export"}
+
+
 def test_no_command_ends_in_a_traceback_with_unknown_ids(
     up: UpStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,8 +144,9 @@ def test_no_command_ends_in_a_traceback_with_unknown_ids(
     for key in [k for k in os.environ if k.startswith("JOBGATE_") and k != "JOBGATE_CONFIG"]:
         monkeypatch.delenv(key)
     bad = "No Such!"
+    monkeypatch.chdir(up.tmp)  # `config export` takes a path and writes there: that is fine
     for leaf in leaves():
-        if not leaf.is_client:
+        if not leaf.is_client or leaf.name in WRITES_A_FILE:
             continue
         args = leaf.required(bad)
         result = run_cli(capsys, *args)

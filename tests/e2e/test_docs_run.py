@@ -52,7 +52,11 @@ def podman_up(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> I
 
 
 def run_block(up: UpStack, block: Block, timeout: float = 300.0) -> None:
-    env = up.environ() | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = up.environ() | {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        # what `jobgate up` without --data-dir uses, for commands that read it (db backup)
+        "JOBGATE_DATA_DIR": str(up.data_dir),
+    }
     ports = {
         "127.0.0.1:8420": f"127.0.0.1:{up.port}",
         "127.0.0.1:8421": f"127.0.0.1:{up.proxy_port}",
@@ -74,9 +78,9 @@ def run_block(up: UpStack, block: Block, timeout: float = 300.0) -> None:
             pytest.fail(f"{where}: did not finish\n{shown}\n{result.stderr}")
         if rc != 0 and not nxt.startswith("echo $?"):
             pytest.fail(f"{where}: exited {rc}\n{shown}")
-        printed = {line.rstrip() for line in output.splitlines()}
+        printed = {line.strip() for line in output.splitlines()}  # indentation aside
         for line in command.expected:
-            if line.strip() != "..." and line.rstrip() not in printed:
+            if line.strip() != "..." and line.strip() not in printed:
                 pytest.fail(f"{where}: the docs say it prints {line!r}; it printed:\n{shown}")
 
 

@@ -27,6 +27,7 @@ from podman_harness import BUSYBOX, PYTHON, PodmanNodes, sse, wait_gone, wait_st
 
 from gateway.db.migrate import upgrade
 from gateway.db.models import Base
+from workers.identity import load_identity
 
 pytestmark = pytest.mark.podman
 
@@ -354,6 +355,10 @@ async def test_required_limits_keep_a_session_off_a_process_node(
     # asking for nothing explicit: the process node may run it
     free = await stack.submit(command=["true"], resources={})
     assert (await stack.wait_status(free["id"], {"SUCCEEDED"}))["node"] == "plain"
+    # a Podman node joins the group, cordoned: the limited session can run nowhere yet
+    node = await podman_worker(stack, podman_nodes, monkeypatch)
+    async with stack.client() as api:
+        assert (await api.post(f"/v1/nodes/{node}/cordon")).status_code == 200
     limited = await stack.submit(
         image=images["busybox"], command=["echo", "limited"], resources={"cpu": "0.5"}
     )
@@ -365,7 +370,8 @@ async def test_required_limits_keep_a_session_off_a_process_node(
         await asyncio.sleep(0.1)
         waiting = await stack.get(limited["id"])
     assert "without enforced cpu/mem limits" in waiting["pending_reason"]
-    node = await podman_worker(stack, podman_nodes, monkeypatch)
+    async with stack.client() as api:
+        assert (await api.post(f"/v1/nodes/{node}/uncordon")).status_code == 200
     done = await stack.wait_status(limited["id"], {"SUCCEEDED"})
     assert done["node"] == node
     assert await stack.logs(limited["id"]) == "limited\n"
@@ -451,10 +457,17 @@ async def test_container_of_no_known_session_is_removed_when_the_worker_starts(
     images: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Made by hand with this node's labels (as a worker whose database was reset left it)."""
+    """Made by hand with this worker's labels (as a worker whose database was reset left
+    it): its node and its instance (the data directory's identity)."""
     node = podman_nodes.new()
     kernel, session = str(uuid.uuid4()), str(uuid.uuid4())
-    labels = {"jobgate.node": node, "jobgate.kernel": kernel, "jobgate.session": session}
+    instance = load_identity(stack.tmp).instance
+    labels = {
+        "jobgate.node": node,
+        "jobgate.instance": instance,
+        "jobgate.kernel": kernel,
+        "jobgate.session": session,
+    }
     with PodmanClient(base_url=podman_nodes.socket) as client:
         stray = client.containers.create(
             images["busybox"], ["sleep", "300"], name=f"jobgate-{kernel}", labels=labels

@@ -56,7 +56,8 @@ async def test_gateway_scheduler_and_consumer_metrics_follow_real_traffic(stack:
     await stack.start_worker("n1")
 
     ok = await stack.submit(command=["sh", "-c", "echo hi"], resources={"cpu": "0.1"})
-    stuck = await stack.submit(command=["true"], resources={"cpu": "4096"})
+    # a label no node has: it waits (a size no node has would be refused at submit)
+    stuck = await stack.submit(command=["true"], constraints={"zone": "mars"})
     await stack.wait_status(ok["id"], {"SUCCEEDED"})
     await wait_reason(stack, stuck["id"])
     async with stack.client() as api:

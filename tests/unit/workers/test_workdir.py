@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import os
+import shutil
+import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +25,7 @@ from workers.agent import NodeAgent
 from workers.config import WorkerSettings
 from workers.kernel import NodeServices
 from workers.state import StateStore
-from workers.workdir import BlobClient, UnsafeArchive, WorkdirCache, safe_extract
+from workers.workdir import BlobClient, UnsafeArchive, WorkdirCache, safe_extract, workdir_root
 
 
 def make_tar(path: Path, add: Callable[[tarfile.TarFile], None]) -> Path:
@@ -224,3 +227,31 @@ async def test_the_cache_drops_the_least_recently_used_tars(tmp_path: Path) -> N
     assert client.downloads == 4
     assert not cache.blob(a).exists()
     await cache.close()
+
+
+def test_the_workdir_root_is_one_the_podman_user_can_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root worker beside another user's rootless Podman keeps copies outside its 0700
+    data directory; otherwise (and whenever configured) the data directory is used."""
+    state = tmp_path / "state"
+    configured = tmp_path / "mine"
+    assert workdir_root(configured, state, "podman", "abc") == configured
+    assert workdir_root(None, state, "process", "abc") == state / "workdirs"
+    sock = tmp_path / "podman.sock"
+    sock.touch()
+    monkeypatch.setenv("JOBGATE_PODMAN_SOCKET", f"unix://{sock}")
+    if os.geteuid() != 0:  # an ordinary worker: the Podman user itself
+        assert workdir_root(None, state, "podman", "abc") == state / "workdirs"
+        return
+    assert workdir_root(None, state, "podman", "abc") == state / "workdirs"  # root's Podman
+    os.chown(sock, 65534, 65534)
+    instance = f"test-{os.getpid()}"
+    root = workdir_root(None, state, "podman", instance)
+    try:
+        assert root == Path("/var/tmp") / f"jobgate-workdirs-{instance}"
+        assert stat.S_IMODE(root.stat().st_mode) == 0o711
+        assert stat.S_IMODE((root / "cache").stat().st_mode) == 0o700
+        assert stat.S_IMODE((root / "kernels").stat().st_mode) == 0o711
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
