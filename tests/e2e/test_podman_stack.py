@@ -494,7 +494,8 @@ async def test_a_lost_node_s_session_runs_again_in_a_container_of_its_own(
     await stack.start_worker_process(second, JOBGATE_WORKER_RUNTIME="podman", **env)
     await doomed.kill9()
     assert await stack.wait_output(s["id"], "up 2", timeout=60) == "up 1\nup 2\n"
-    moved = await stack.get(s["id"])
+    # its output can arrive before the worker's "running" event is applied
+    moved = await stack.wait_status(s["id"], {"RUNNING"})
     kernel = moved["kernels"][0]["id"]
     assert (moved["status"], moved["node"], moved["kernels"][0]["attempt"]) == (
         "RUNNING",
