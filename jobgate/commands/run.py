@@ -53,6 +53,7 @@ def build_request(
     depends_on: list[str],
     starts_at: str | None,
     constraints: list[str],
+    max_retries: int | None = None,
 ) -> dict[str, Any]:
     slots = parse_pairs(resources, "--resource")
     if cpu is not None:
@@ -72,6 +73,7 @@ def build_request(
         "resource_group": resource_group,
         "project": project,
         "starts_at": starts_at,
+        "max_retries": max_retries,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     if mounts:
@@ -300,6 +302,15 @@ def run(
         str | None, typer.Option(help="Retry-safe key: the same key returns the same session.")
     ] = None,
     output: OutputOpt = Output.table,
+    max_retries: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=100,
+            help="Runs again elsewhere this many times if its node is lost "
+            "(default: the resource group's, else the gateway's).",
+        ),
+    ] = None,
     working_dir: Annotated[
         Path | None,
         typer.Option(
@@ -338,6 +349,7 @@ def run(
         depends_on=deps,
         starts_at=starts_at,
         constraints=constraint,
+        max_retries=max_retries,
     )
     if working_dir is not None:
         body["working_dir"] = send_working_dir(api, working_dir)

@@ -59,6 +59,7 @@ def test_build_request_maps_flags_to_the_api_body() -> None:
         env=["A=1", "B=x=y"],
         mounts=["/data:/mnt:ro"],
         priority=80,
+        max_retries=0,
     )
     assert body == {
         "type": "batch",
@@ -66,6 +67,7 @@ def test_build_request_maps_flags_to_the_api_body() -> None:
         "resources": {"cuda.shares": "0.5", "cpu": "2", "mem": "4g"},
         "env": {"A": "1", "B": "x=y"},
         "priority": 80,
+        "max_retries": 0,  # 0 is a value (never re-run), not "unset"
         "mounts": [{"source": "/data", "target": "/mnt", "read_only": True}],
     }
 
