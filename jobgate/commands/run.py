@@ -36,6 +36,26 @@ TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED",
 EXIT_CANCELLED = 130
 
 
+# -- the options `run` and `sessions create` share ------------------------------------------
+CommandArg = Annotated[
+    list[str] | None, typer.Argument(help="The command and its arguments, after --.")
+]
+ImageOpt = Annotated[str | None, typer.Option(help="Container image (default: the gateway's).")]
+CpuOpt = Annotated[str | None, typer.Option(help="Cores, e.g. 2 or 0.5.")]
+MemOpt = Annotated[str | None, typer.Option(help="Memory, e.g. 4g or 512m.")]
+ResourceOpt = Annotated[
+    list[str],
+    typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5; repeatable."),
+]
+EnvOpt = Annotated[
+    list[str], typer.Option("--env", "-e", help="KEY=VALUE environment; repeatable.")
+]
+NameOpt = Annotated[
+    str | None,
+    typer.Option(help="A name, unique among your live sessions (usable instead of the id)."),
+]
+
+
 def build_request(
     command: list[str],
     *,
@@ -252,25 +272,13 @@ def _watch_apps(api: Client, session_id: str, say: Any, stop: threading.Event) -
 
 
 def run(
-    command: Annotated[
-        list[str] | None, typer.Argument(help="The command and its arguments, after --.")
-    ] = None,
-    image: Annotated[
-        str | None, typer.Option(help="Container image (default: the gateway's).")
-    ] = None,
-    cpu: Annotated[str | None, typer.Option(help="Cores, e.g. 2 or 0.5.")] = None,
-    mem: Annotated[str | None, typer.Option(help="Memory, e.g. 4g or 512m.")] = None,
-    resource: Annotated[
-        list[str],
-        typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5; repeatable."),
-    ] = [],  # noqa: B006
-    env: Annotated[
-        list[str], typer.Option("--env", "-e", help="KEY=VALUE environment; repeatable.")
-    ] = [],  # noqa: B006
-    name: Annotated[
-        str | None,
-        typer.Option(help="A name, unique among your live sessions (usable instead of the id)."),
-    ] = None,
+    command: CommandArg = None,
+    image: ImageOpt = None,
+    cpu: CpuOpt = None,
+    mem: MemOpt = None,
+    resource: ResourceOpt = [],  # noqa: B006
+    env: EnvOpt = [],  # noqa: B006
+    name: NameOpt = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Print the id and return at once.")
     ] = False,

@@ -10,7 +10,17 @@ import typer
 
 from gateway.domain.status import SessionStatus
 from jobgate.commands.common import OutputOpt, client
-from jobgate.commands.run import build_request, follow_session
+from jobgate.commands.run import (
+    CommandArg,
+    CpuOpt,
+    EnvOpt,
+    ImageOpt,
+    MemOpt,
+    NameOpt,
+    ResourceOpt,
+    build_request,
+    follow_session,
+)
 from jobgate.render import (
     Output,
     age,
@@ -194,24 +204,13 @@ def remove(
     context_settings={"allow_interspersed_args": False},
 )
 def create(
-    command: Annotated[
-        list[str] | None, typer.Argument(help="The command and its arguments, after --.")
-    ] = None,
-    image: Annotated[
-        str | None, typer.Option(help="Container image (default: the gateway's).")
-    ] = None,
-    cpu: Annotated[str | None, typer.Option(help="Cores, e.g. 2 or 0.5.")] = None,
-    mem: Annotated[str | None, typer.Option(help="Memory, e.g. 4g or 512m.")] = None,
-    resource: Annotated[
-        list[str],
-        typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5; repeatable."),
-    ] = [],  # noqa: B006
-    env: Annotated[
-        list[str], typer.Option("--env", "-e", help="KEY=VALUE environment; repeatable.")
-    ] = [],  # noqa: B006
-    name: Annotated[
-        str | None, typer.Option(help="A name, unique among your live sessions.")
-    ] = None,
+    command: CommandArg = None,
+    image: ImageOpt = None,
+    cpu: CpuOpt = None,
+    mem: MemOpt = None,
+    resource: ResourceOpt = [],  # noqa: B006
+    env: EnvOpt = [],  # noqa: B006
+    name: NameOpt = None,
     interactive: Annotated[
         bool, typer.Option(help="An interactive session (runs until stopped).")
     ] = False,
