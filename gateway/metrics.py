@@ -44,7 +44,6 @@ from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 
-from aiohttp import web
 from arq.connections import ArqRedis
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -53,6 +52,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.keys import EVENTS_QUEUE, SCHEDULER_QUEUE
+from contract.metrics_http import MetricsListener
 
 __all__ = [
     "CONTENT_TYPE",
@@ -271,33 +271,17 @@ class MetricsServer:
     def __init__(self, metrics: SchedulerMetrics, pool: ArqRedis) -> None:
         self.metrics = metrics
         self.pool = pool
-        self._runner: web.AppRunner | None = None
+        self._listener = MetricsListener("scheduler metrics", self._render, CONTENT_TYPE)
 
     async def start(self, host: str, port: int | None) -> None:
-        if port is None:
-            return
-        app = web.Application()
-        app.router.add_get("/metrics", self._handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise RuntimeError(
-                f"scheduler metrics: cannot listen on {host}:{port}: {exc.strerror or exc}"
-            ) from None
-        self._runner = runner
-        log.info("scheduler metrics on http://%s:%d/metrics", host, port)
+        await self._listener.start(host, port)
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _render(self) -> bytes:
         try:
             await self.metrics.refresh(self.pool)
         except Exception as exc:  # Redis away: still serve what this process knows
             log.warning("scheduler metrics: cannot read the queue: %s", exc)
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+        return self.metrics.render()
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._listener.close()

@@ -41,7 +41,6 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from aiohttp import web
 from arq.connections import ArqRedis
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -49,6 +48,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from contract.messages import KernelEvent, NodeInfo
+from contract.metrics_http import MetricsListener
 from plugins.runtimes.base import LogChunk
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
@@ -188,7 +188,9 @@ class WorkerMetrics:
         for outcome in EXIT_OUTCOMES:
             self.exits.labels(outcome)
         self.registry.register(_NodeCollector(nodes))
-        self._runner: web.AppRunner | None = None
+        self._listener = MetricsListener(
+            "worker metrics", self._render, CONTENT_TYPE_LATEST, MetricsError
+        )
 
     # -- counting ---------------------------------------------------------------------
     def observe(self, event: KernelEvent | NodeInfo) -> None:
@@ -221,29 +223,13 @@ class WorkerMetrics:
     # -- serving ----------------------------------------------------------------------
     async def serve(self, host: str, port: int | None) -> None:
         """Serve ``/metrics`` on *host*:*port*; None: not served."""
-        if port is None:
-            return
-        app = web.Application()
-        app.router.add_get("/metrics", self._handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise MetricsError(
-                f"worker metrics: cannot listen on {host}:{port}: {exc.strerror or exc}"
-            ) from None
-        self._runner = runner
-        log.info("worker metrics on http://%s:%d/metrics", host, port)
+        await self._listener.start(host, port)
 
-    async def _handle(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def _render(self) -> bytes:
+        return self.render()
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._listener.close()
 
 
 class MeteredReporter(EventReporter):

@@ -8,6 +8,9 @@ stranger cannot get in; an ended session's link says so; an idle session is ende
 from __future__ import annotations
 
 import json
+import select
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -208,3 +211,37 @@ def test_idle_sessions_are_ended_and_busy_ones_are_not(up: UpStack) -> None:
     ended = up.wait_status(idle, {"TERMINATED"}, timeout=60)
     assert ended["status_reason"].startswith("idle for 15s")
     up.cli("sessions", "rm", busy, check=True)
+
+
+def test_run_in_the_foreground_prints_a_working_link_once_the_app_is_ready(up: UpStack) -> None:
+    """`jobgate run --interactive` (not detached) says when each app is ready, with a
+    one-time link that signs a browser in; Ctrl-C then cancels the session."""
+    proc = up.popen("run", "--interactive", "--image", TERMINAL)
+    assert proc.stderr is not None
+    link, said = "", []
+    deadline = time.monotonic() + 150
+    try:
+        while not link and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+            if not ready:
+                continue
+            line = proc.stderr.readline()
+            if not line:
+                break  # it ended
+            said.append(line)
+            if line.startswith("jobgate: terminal is ready: "):
+                link = line.split("is ready: ", 1)[1].strip()
+        assert link, "".join(said)
+        browser = httpx.Client(timeout=30)
+        _browsers.append(browser)
+        first = browser.get(link)
+        assert first.status_code == 303  # token -> cookie, as `apps open`'s link
+        assert first.next_request is not None
+        assert wait_ok(browser, str(first.next_request.url)).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=60)  # reads the rest and closes the pipes
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()

@@ -8,21 +8,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from up_harness import UpStack, port_open, processes_of
-
-
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[UpStack]:
-    stack = UpStack(tmp_path)
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.close()
 
 
 def test_run_prints_output_and_exits_with_the_jobs_code(up: UpStack) -> None:

@@ -70,16 +70,6 @@ def api(up: UpStack) -> httpx.Client:
     )
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[UpStack]:
-    stack = UpStack(tmp_path)
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.close()
-
-
 def test_process_runtime_runs_the_users_script_in_its_own_copy(up: UpStack, tmp_path: Path) -> None:
     make_project(tmp_path)
     first = run_in(up, tmp_path, "run", "--working-dir", "./proj", "--", "python3", "train.py")

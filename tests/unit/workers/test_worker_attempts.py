@@ -5,33 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-from contract.messages import KernelEvent, StartKernel, StopKernel
-from plugins.resources import ResourceSlots
-from plugins.runtimes.base import RuntimeContext
-from plugins.runtimes.sim import SimRuntime, SimSettings
-from workers.agent import NodeAgent
-from workers.config import WorkerSettings
-from workers.kernel import NodeServices
-from workers.state import StateStore, attempt_ref, parse_ref
+from sim_agent import sim_agent
 
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[KernelEvent] = []
-
-    def report(self, event: KernelEvent) -> None:
-        self.events.append(event)
-
-
-def _agent(tmp_path: Path) -> tuple[NodeAgent, Recorder]:
-    recorder = Recorder()
-    runtime = SimRuntime(SimSettings(), RuntimeContext("n1", tmp_path))
-    store = StateStore(tmp_path / "kernels")
-    services: Any = NodeServices("n1", runtime, recorder, None, store)
-    settings = WorkerSettings(node_id="n1", data_dir=tmp_path)
-    return NodeAgent("n1", "node:n1", runtime, services, settings, ResourceSlots()), recorder
+from contract.messages import StartKernel, StopKernel
+from workers.state import attempt_ref, parse_ref
 
 
 def _start(attempt: int) -> StartKernel:
@@ -57,7 +35,7 @@ def test_attempt_1_keeps_the_bare_kernel_id() -> None:
 async def test_a_later_attempt_runs_here_despite_the_first_one_s_tombstone(
     tmp_path: Path,
 ) -> None:
-    agent, recorder = _agent(tmp_path)
+    agent, recorder = sim_agent(tmp_path)
     await agent.stop(StopKernel(kernel_id="k1", session_id="s1", node_id="n1", attempt=1))
     agent.start(_start(1))  # attempt 1 was stopped before it started: never runs
     assert agent.kernels == {}

@@ -4,33 +4,10 @@ least once, and a stop can overtake its start)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from contract.messages import KernelEvent, StartKernel, StopKernel
-from plugins.resources import ResourceSlots
-from plugins.runtimes.base import RuntimeContext
-from plugins.runtimes.sim import SimRuntime, SimSettings
-from workers.agent import NodeAgent
-from workers.config import WorkerSettings
-from workers.kernel import NodeServices
-from workers.state import StateStore
+from sim_agent import sim_agent
 
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[KernelEvent] = []
-
-    def report(self, event: KernelEvent) -> None:
-        self.events.append(event)
-
-
-def _agent(tmp_path: Path) -> tuple[NodeAgent, Recorder]:
-    recorder = Recorder()
-    runtime = SimRuntime(SimSettings(), RuntimeContext("n1", tmp_path))
-    store = StateStore(tmp_path / "kernels")
-    services: Any = NodeServices("n1", runtime, recorder, None, store)
-    settings = WorkerSettings(node_id="n1", data_dir=tmp_path)
-    return NodeAgent("n1", "node:n1", runtime, services, settings, ResourceSlots()), recorder
+from contract.messages import StartKernel, StopKernel
 
 
 def _stop(kernel_id: str) -> StopKernel:
@@ -38,7 +15,7 @@ def _stop(kernel_id: str) -> StopKernel:
 
 
 async def test_a_start_that_arrives_after_its_stop_never_runs(tmp_path: Path) -> None:
-    agent, recorder = _agent(tmp_path)
+    agent, recorder = sim_agent(tmp_path)
     await agent.stop(_stop("k1"))
     agent.start(
         StartKernel(
@@ -48,14 +25,14 @@ async def test_a_start_that_arrives_after_its_stop_never_runs(tmp_path: Path) ->
     assert agent.kernels == {}
     assert [e.kind for e in recorder.events] == ["not_started"]
     # and a worker restarted from the same state directory remembers it
-    again, _ = _agent(tmp_path)
+    again, _ = sim_agent(tmp_path)
     assert again.services.store.is_done("k1")
 
 
 async def test_a_stop_for_a_kernel_that_already_ended_here_reports_nothing(
     tmp_path: Path,
 ) -> None:
-    agent, recorder = _agent(tmp_path)
+    agent, recorder = sim_agent(tmp_path)
     agent.services.store.mark_done("k2")  # it ran here and its exit was reported
     await agent.stop(_stop("k2"))
     assert recorder.events == []
