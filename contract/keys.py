@@ -18,6 +18,12 @@ who reads it.
 | ``jobgate:activity:{session}`` | string | app proxy | gateway (idle reaper) |
 | ``jobgate:app-token-used:{id}`` | string, TTL | app proxy | app proxy |
 | ``jobgate:console:{sha256(cookie)}`` | string, TTL | gateway (console sign-in) | gateway |
+| ``jobgate:endpoint:{name}`` | string | gateway (endpoint controller) | app proxy |
+| ``jobgate:endpoint-changes`` | pub/sub | gateway | app proxy |
+| ``jobgate:endpoint-ready:{endpoint}`` | hash (session → health) | app proxy | gateway |
+| ``jobgate:endpoint-load:{endpoint}`` | hash (proxy → load), TTL | app proxy | autoscaler |
+| ``jobgate:endpoint-wake:{endpoint}`` | string, TTL | app proxy | gateway (controller) |
+| ``jobgate:endpoint-wakes`` | pub/sub | app proxy | gateway (controller) |
 | ``start:{kernel}``, ``stop:{kernel}``, ``schedule:{group}`` | arq job ids | | |
 """
 
@@ -28,6 +34,8 @@ from typing import Final
 __all__ = [
     "ACTIVITY_KEY_PREFIX",
     "CONSOLE_SESSION_PREFIX",
+    "ENDPOINT_CHANNEL",
+    "ENDPOINT_WAKE_CHANNEL",
     "EVENTS_QUEUE",
     "HEARTBEAT_PREFIX",
     "LIVE_KEY_PREFIX",
@@ -38,6 +46,10 @@ __all__ = [
     "activity_key",
     "console_session_key",
     "dirty_key",
+    "endpoint_load_key",
+    "endpoint_ready_key",
+    "endpoint_route_key",
+    "endpoint_wake_key",
     "heartbeat_key",
     "live_key",
     "node_queue",
@@ -123,3 +135,28 @@ def console_session_key(cookie_digest: str) -> str:
     """A web console sign-in (JSON: the API key's hash and the CSRF token), by the SHA-256
     of the cookie's value, so a Redis dump holds no usable cookie."""
     return CONSOLE_SESSION_PREFIX + cookie_digest
+
+
+# ---- inference endpoints (see contract.endpoints) --------------------------------------
+ENDPOINT_CHANNEL: Final = "jobgate:endpoint-changes"
+ENDPOINT_WAKE_CHANNEL: Final = "jobgate:endpoint-wakes"
+
+
+def endpoint_route_key(name: str) -> str:
+    """An endpoint's :class:`~contract.endpoints.EndpointRoute` (JSON), by endpoint name."""
+    return f"jobgate:endpoint:{name}"
+
+
+def endpoint_ready_key(endpoint_id: str) -> str:
+    """Hash: replica session id -> :class:`~contract.endpoints.ReplicaHealth` (JSON)."""
+    return f"jobgate:endpoint-ready:{endpoint_id}"
+
+
+def endpoint_load_key(endpoint_id: str) -> str:
+    """Hash: proxy id -> :class:`~contract.endpoints.LoadReport` (JSON)."""
+    return f"jobgate:endpoint-load:{endpoint_id}"
+
+
+def endpoint_wake_key(endpoint_id: str) -> str:
+    """Set (NX, with a TTL) by a proxy holding a request while no replica is ready."""
+    return f"jobgate:endpoint-wake:{endpoint_id}"
