@@ -91,7 +91,7 @@ class Decision:
 
 
 def _average(samples: list[Sample], since: float, metric: str) -> float:
-    chosen = [getattr(s, metric) for s in samples if s.at >= since]
+    chosen = [getattr(s, metric) for s in samples if s.at > since]
     return sum(chosen) / len(chosen) if chosen else 0.0
 
 
@@ -169,7 +169,7 @@ def decide(
         else:
             desired = max(previous.desired, min(held))
     elif want < previous.desired and not woken:
-        desired = max(r for at, r in history if at > now - settings.scale_down_delay_s)
+        desired = max(r for at, r in history if at >= now - settings.scale_down_delay_s)
         if desired > want:
             why = f"holding {desired} for the {settings.scale_down_delay_s:g}s scale-down delay"
     desired = min(max(desired, lo), hi)
