@@ -48,7 +48,7 @@ def go(replicas: list[Replica], desired: int, revision: int = 1, stable: int | N
 
 def test_a_new_endpoint_starts_its_replicas() -> None:
     plan = go([], 3, stable=None)
-    assert plan.start == [0, 1, 2] and not plan.drain
+    assert (plan.start, plan.drain) == ([0, 1, 2], [])
 
 
 def test_steady_state_does_nothing() -> None:
@@ -78,31 +78,32 @@ def test_rolling_update_surges_one_then_drains_one_per_ready_replica() -> None:
     old = [r(0), r(1)]
     # 1: one new replica beyond the desired two; nothing drains yet (max_unavailable 0)
     plan = go(old, 2, revision=2)
-    assert plan.start == [2] and plan.drain == []
+    assert (plan.start, plan.drain) == ([2], [])
     # 2: it is still starting: wait
     new = r(2, revision=2, state="starting", ready=False, age=1)
     assert go([*old, new], 2, revision=2).empty
     # 3: it is ready: promote it and drain one old replica; no room to start another yet
     new = replace(new, ready=True)
     plan = go([*old, new], 2, revision=2)
-    assert plan.promote == ["s2-r2"] and plan.drain == ["s1-r1"] and plan.start == []
+    assert (plan.promote, plan.drain, plan.start) == (["s2-r2"], ["s1-r1"], [])
     # 4: the drained one is gone from the live set: start the second new replica
     draining = replace(old[1], state="draining", state_at=NOW)
     plan = go([old[0], draining, replace(new, state="serving")], 2, revision=2)
-    assert plan.start == [3] and plan.drain == []
+    assert (plan.start, plan.drain) == ([3], [])
 
 
 def test_max_unavailable_lets_old_replicas_go_before_new_ones_are_ready() -> None:
     settings = RolloutSettings(max_surge=0, max_unavailable=1)
     plan = step([r(0), r(1)], revision=2, stable_revision=1, desired=2, settings=settings, now=NOW)
-    assert plan.drain == ["s1-r1"] and plan.start == []
+    assert (plan.drain, plan.start) == (["s1-r1"], [])
 
 
 def test_a_revision_never_ready_is_rolled_back_with_the_reason() -> None:
     stuck = r(2, revision=2, state="starting", ready=False, age=61, why="not ready: HTTP 500")
     plan = go([r(0), r(1), stuck], 2, revision=2)
     assert plan.rollback is not None
-    assert "revision 2" in plan.rollback and "HTTP 500" in plan.rollback
+    assert "revision 2" in plan.rollback
+    assert "HTTP 500" in plan.rollback
     assert "back to revision 1" in plan.rollback
 
 
