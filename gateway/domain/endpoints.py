@@ -101,8 +101,22 @@ class EndpointCreate(RevisionSpec):
         return value
 
 
-class EndpointUpdate(RevisionSpec):
-    """A new revision: everything a replica runs, given again in full."""
+class EndpointUpdate(_Input):
+    """A new revision: the current one with the fields given here changed."""
+
+    image: str | None = None
+    command: list[str] | None = Field(default=None, max_length=4096)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    resources: dict[str, str | int | float] | None = None
+    env: dict[str, str] | None = None
+    working_dir: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    resource_group: str | None = Field(default=None, pattern=NAME_PATTERN)
+    probe: Probe | None = None
+    rollout: RolloutSettings | None = None
+
+    def merged(self, current: dict[str, Any]) -> RevisionSpec:
+        """The new revision's full spec (each given field checked as on create)."""
+        return RevisionSpec.model_validate(current | self.model_dump(exclude_unset=True))
 
 
 class EndpointScale(_Input):

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from arq.connections import ArqRedis
+from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -44,6 +45,7 @@ from gateway.domain.autoscale import AutoscaleSettings
 from gateway.domain.endpoints import (
     EndpointCreate,
     EndpointScale,
+    EndpointUpdate,
     RevisionSpec,
     TokenCreate,
     parse_expiry,
@@ -298,9 +300,17 @@ class EndpointService:
         await self._poke(endpoint.id)
         return endpoint
 
-    async def update(self, principal: Principal, name: str, spec: RevisionSpec) -> Endpoint:
+    async def update(self, principal: Principal, name: str, body: EndpointUpdate) -> Endpoint:
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
+            current = await db.get(EndpointRevision, (endpoint.id, endpoint.revision))
+            assert current is not None
+            try:
+                spec = body.merged(_spec_of(current))
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = ".".join(str(p) for p in error["loc"])
+                raise Invalid(f"{where}: {error['msg']}", field=where) from None
             values = await self._revision_values(db, principal, spec)
             number = (
                 await db.execute(
@@ -446,6 +456,20 @@ def _event(
     return EndpointEvent(
         endpoint_id=endpoint.id, kind=kind, message=message, inputs=inputs or {}, created_at=now
     )
+
+
+def _spec_of(revision: EndpointRevision) -> dict[str, Any]:
+    return {
+        "image": revision.image,
+        "command": list(revision.command.get("argv", [])),
+        "port": revision.port,
+        "resources": dict(revision.resources),
+        "env": dict(revision.env),
+        "working_dir": revision.working_dir,
+        "resource_group": revision.resource_group,
+        "probe": dict(revision.probe),
+        "rollout": dict(revision.rollout),
+    }
 
 
 def _first_error(exc: ValueError) -> str:

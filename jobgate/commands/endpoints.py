@@ -243,22 +243,23 @@ def update(
     """A new revision: the current one with what is given changed, rolled out without
     dropping requests (replicas start and pass readiness before old ones drain)."""
     api = client()
-    cur = api.get(f"/v1/endpoints/{name}")["current"]
-    body: dict[str, Any] = {
-        "port": port or cur["port"],
-        "command": command or cur["command"],
-        "resources": cur["resources"] | parse_pairs(resource, "--resource"),
-        "env": cur["env"] | parse_pairs(env, "--env"),
-        "probe": cur["probe"] | ({"path": health_path} if health_path else {}),
-        "rollout": cur["rollout"],
-        "resource_group": cur["resource_group"],
-    }
-    image = image or cur["image"]
+    body: dict[str, Any] = {}
+    if command:
+        body["command"] = command
     if image is not None:
         body["image"] = image
-    workdir = send_working_dir(api, working_dir) if working_dir else cur["working_dir"]
-    if workdir is not None:
-        body["working_dir"] = workdir
+    if port is not None:
+        body["port"] = port
+    if resource or env or health_path:
+        cur = api.get(f"/v1/endpoints/{name}")["current"]
+        if resource:
+            body["resources"] = cur["resources"] | parse_pairs(resource, "--resource")
+        if env:
+            body["env"] = cur["env"] | parse_pairs(env, "--env")
+        if health_path:
+            body["probe"] = cur["probe"] | {"path": health_path}
+    if working_dir is not None:
+        body["working_dir"] = send_working_dir(api, working_dir)
     _done(api.post(f"/v1/endpoints/{name}/revisions", json=body), output)
 
 

@@ -190,8 +190,8 @@ async def scale_endpoint(
 async def update_endpoint(
     name: str, body: EndpointUpdate, principal: CurrentUser, state: State
 ) -> EndpointPublic:
-    """A new revision, rolled out replica by replica (it is rolled back if it never gets
-    ready)."""
+    """A new revision: the current one with the fields given changed, rolled out replica
+    by replica (rolled back if it never gets ready)."""
     service = _service(state)
     await service.update(principal, name, body)
     return _details(state.settings, await service.details(principal, name))
