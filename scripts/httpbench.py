@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 from urllib.parse import parse_qs, urlsplit
@@ -148,8 +149,15 @@ async def main() -> None:
     )
     port = listener.sockets[0].getsockname()[1]
     print(f"listening on {port}", flush=True)
-    async with listener:
-        await listener.serve_forever()
+    serving = asyncio.ensure_future(listener.serve_forever())
+    # PID 1 in a container gets no default SIGTERM action: stop as asked, at once
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, serving.cancel)
+    try:
+        await serving
+    except asyncio.CancelledError:
+        pass
+    finally:
+        listener.close()
 
 
 if __name__ == "__main__":

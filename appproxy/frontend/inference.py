@@ -207,7 +207,7 @@ class InferenceGate:
                 balancer.release(current)
             if answered:
                 return
-            self._prober.connect_failed(endpoint, current, "connection refused")
+            self._prober.connect_failed(endpoint, current, "a request could not connect")
             failed, current = current, None
             if retry:
                 retry = False

@@ -306,7 +306,7 @@ async def test_retry_on_refused_connection(proxy: Proxy, start_replica: StartRep
                     break
             verdict = await health(proxy.redis, dead)
             assert verdict is not None
-            assert verdict.reason == "connection refused"
+            assert verdict.reason == "a request could not connect"
 
         # POST without an Idempotency-Key: not retried, the caller gets 502
         dead = await with_dead_replica("dead-post")
