@@ -187,7 +187,7 @@ class InferenceGate:
             cookie_filter=strip_jobgate_cookies,
             hide_authorization=hide_authorization,
         )
-        retry = _idempotent(req)
+        retry = not req.websocket and _idempotent(req)
         as_json = _as_json(req)
         current: Replica | None = replica
         while current is not None:

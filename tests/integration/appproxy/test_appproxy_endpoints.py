@@ -28,9 +28,11 @@ from endpoint_harness import (
     route,
 )
 from proxy_harness import Proxy, ProxyFactory, problem
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from appproxy.inference.store import Endpoint
-from contract.endpoints import LoadReport, Probe
+from contract.endpoints import LoadReport, Probe, ReplicaTarget
 from contract.keys import ENDPOINT_WAKE_CHANNEL, endpoint_load_key, endpoint_wake_key
 
 pytestmark = pytest.mark.asyncio(loop_factories=["uvloop"])
@@ -157,6 +159,30 @@ async def test_routing_auth_streaming_and_reports(
     assert time.time() - report.at < 5
     assert 0 < await proxy.redis.ttl(endpoint_load_key(ENDPOINT_ID)) <= 5
 
+    # a WebSocket passes through (to an app that speaks it), and is in flight while open
+    chat = ReplicaTarget(
+        session_id="session-chat", index=0, revision=1, upstream=proxy.upstream.url
+    )
+    await publish(
+        proxy.redis,
+        route(
+            chat.model_copy(update={"state": "serving"}),
+            name="chat",
+            endpoint_id="ep-chat",
+            probe=Probe(path="/", interval_s=0.2),
+        ),
+    )
+    await eventually(lambda: _known(proxy, "chat"), what="chat in rotation")
+    ws_url = proxy.url.replace("http://", "ws://") + "/e/chat/ws"
+    async with connect(ws_url, additional_headers=bearer(TOKEN)) as ws:
+        await ws.send("hello")
+        assert await ws.recv() == "hello"
+        assert endpoint_of(proxy, "chat").load.in_flight == 1
+    with pytest.raises(InvalidStatus) as refused_ws:
+        async with connect(ws_url, additional_headers=bearer("jge_wrong")):
+            pass
+    assert refused_ws.value.response.status_code == 401
+
     # subdomain mode: {name}.{base domain}, at the root of the host
     sub = await proxy_factory(proxy_base_domain="apps.test")
     await eventually(
@@ -169,9 +195,9 @@ async def test_routing_auth_streaming_and_reports(
         assert echo.json()["path"] == "/predict"
 
 
-async def _known(proxy: Proxy) -> bool:
+async def _known(proxy: Proxy, name: str = "iris") -> bool:
     assert proxy.app.endpoints is not None
-    return any(e.name == "iris" and e.balancer.ready_count for e in proxy.app.endpoints)
+    return any(e.name == name and e.balancer.ready_count for e in proxy.app.endpoints)
 
 
 async def test_balancing_queue_and_retry_after(proxy: Proxy, start_replica: StartReplica) -> None:
