@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,8 +27,16 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-__all__ = ["EndpointCounters", "EndpointSnapshot", "EndpointStats", "Latency", "ProxyMetrics"]
+__all__ = [
+    "EndpointCounters",
+    "EndpointSnapshot",
+    "EndpointStats",
+    "InferenceLoad",
+    "Latency",
+    "ProxyMetrics",
+]
 
+_RATE_WINDOW: Final = 10.0  # seconds an inference endpoint's request rate is taken over
 _IDLE_FORGET: Final = 86_400.0  # endpoints quiet this long drop out of the counters
 BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -146,6 +155,77 @@ class EndpointCounters:
         ]
 
 
+class InferenceLoad:
+    """One inference endpoint's traffic through this proxy process (the replicas' own
+    counters are :class:`EndpointStats` under app ``inference``); read by load reports."""
+
+    __slots__ = ("_samples", "held", "in_flight", "queued", "rejected", "requests", "wakes")
+
+    def __init__(self) -> None:
+        self.requests = 0  # taken in (answered, refused for load, or still going)
+        self.in_flight = 0  # on a replica now (a stream counts until it ends)
+        self.queued = 0  # waiting for a replica slot, or for a replica at zero
+        self.rejected = 0  # refused with 503: queue full, or no replica in time
+        self.held = 0  # requests that arrived with no ready replica
+        self.wakes = 0  # wake-ups this proxy asked the controller for
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def rate(self, now: float) -> float:
+        """Requests per second over about the last ``_RATE_WINDOW`` seconds (sampled once
+        per call: call it at a steady pace, as the load reporter does)."""
+        samples = self._samples
+        samples.append((now, self.requests))
+        while len(samples) > 1 and now - samples[0][0] > _RATE_WINDOW:
+            samples.popleft()
+        first_at, first = samples[0]
+        return (self.requests - first) / (now - first_at) if now > first_at else 0.0
+
+
+InferenceSource = Callable[[], Iterable[tuple[str, InferenceLoad, int]]]
+
+
+class _InferenceCollector(Collector):
+    """Per inference endpoint: (name, load, ready replicas) from ``source``."""
+
+    def __init__(self, source: InferenceSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["endpoint"]
+        requests = CounterMetricFamily(
+            "jobgate_endpoint_requests", "Requests taken in, by inference endpoint", labels=labels
+        )
+        rejected = CounterMetricFamily(
+            "jobgate_endpoint_rejected",
+            "Requests refused with 503 (queue full, no replica in time)",
+            labels=labels,
+        )
+        held = CounterMetricFamily(
+            "jobgate_endpoint_held",
+            "Requests that arrived while no replica was ready",
+            labels=labels,
+        )
+        in_flight = GaugeMetricFamily(
+            "jobgate_endpoint_in_flight", "Requests on a replica now", labels=labels
+        )
+        queued = GaugeMetricFamily(
+            "jobgate_endpoint_queued", "Requests waiting for a replica", labels=labels
+        )
+        ready = GaugeMetricFamily(
+            "jobgate_endpoint_ready_replicas",
+            "Replicas taking traffic (ready, serving)",
+            labels=labels,
+        )
+        for name, load, ready_count in self._source():
+            requests.add_metric([name], load.requests)
+            rejected.add_metric([name], load.rejected)
+            held.add_metric([name], load.held)
+            in_flight.add_metric([name], load.in_flight)
+            queued.add_metric([name], load.queued)
+            ready.add_metric([name], ready_count)
+        yield from (requests, rejected, held, in_flight, queued, ready)
+
+
 class _CountersCollector(Collector):
     def __init__(self, counters: EndpointCounters) -> None:
         self._counters = counters
@@ -192,6 +272,10 @@ class ProxyMetrics:
         self.registry = CollectorRegistry()
         self.counters = EndpointCounters(touch)
         self.registry.register(_CountersCollector(self.counters))
+
+    def add_inference(self, source: InferenceSource) -> None:
+        """Export inference endpoints' counters too (``source`` is read at each scrape)."""
+        self.registry.register(_InferenceCollector(source))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

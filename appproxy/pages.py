@@ -19,6 +19,10 @@ __all__ = [
     "APP_NOT_ANSWERING",
     "APP_TIMED_OUT",
     "BAD_REQUEST",
+    "ENDPOINT_BUSY",
+    "ENDPOINT_STARTING",
+    "ENDPOINT_TOKEN_REFUSED",
+    "ENDPOINT_TOKEN_REQUIRED",
     "FORBIDDEN",
     "GATEWAY_UNAVAILABLE",
     "LINK_EXPIRED",
@@ -27,6 +31,7 @@ __all__ = [
     "ROUTES_UNAVAILABLE",
     "SESSION_ENDED",
     "UNKNOWN_APP",
+    "UNKNOWN_ENDPOINT",
     "UNKNOWN_SESSION",
     "Page",
     "deny_websocket",
@@ -109,6 +114,38 @@ GATEWAY_UNAVAILABLE = Page(
     "gateway-unavailable",
     "Cannot check your key",
     "The proxy cannot reach jobgate to check this key. Try again soon.",
+)
+# ---- inference endpoints (/e/{name}/...) --------------------------------------------------
+ENDPOINT_TOKEN_REQUIRED = Page(
+    401,
+    "endpoint-token-required",
+    "Token needed",
+    "Call this endpoint with Authorization: Bearer <endpoint token> (jobgate endpoints "
+    "tokens create NAME) or with your jobgate API key.",
+)
+ENDPOINT_TOKEN_REFUSED = Page(
+    401,
+    "endpoint-token-refused",
+    "Token not accepted",
+    "This token is not valid here: it is wrong, expired or revoked, or the endpoint "
+    "does not exist. Create a new one with jobgate endpoints tokens create NAME.",
+)
+UNKNOWN_ENDPOINT = Page(
+    404, "unknown-endpoint", "No such endpoint", "You have no inference endpoint by this name."
+)
+ENDPOINT_BUSY = Page(
+    503,
+    "endpoint-busy",
+    "The endpoint is busy",
+    "Every replica is at its concurrency limit and the queue is full. Retry after the "
+    "time in Retry-After; the endpoint scales up under load.",
+)
+ENDPOINT_STARTING = Page(
+    503,
+    "endpoint-starting",
+    "No replica is ready yet",
+    "The endpoint has no ready replica (it is starting, or scaled to zero and waking "
+    "up). Retry after the time in Retry-After.",
 )
 
 _HTML: Final = """<!doctype html>

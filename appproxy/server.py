@@ -1,6 +1,9 @@
 """Assembling and running the proxy: :func:`create_app` for tests, :func:`serve` for ``jobgate``.
 
     ProxyApp (lifespan: start/stop everything below)
+      └─ InferenceGate (/e/{name}/…) ─ EndpointStore (Redis + pub/sub task), Balancer per
+         │                             endpoint, ReadinessProber, LoadReporter (task)
+         │  anything else ▼
       └─ SessionGate ── /_jobgate/* ─▶ InternalEndpoints (healthz, metrics)
             ├─ Authenticator ─ UserDirectory (gateway /v1/users/me), Redis (one-time tokens)
             ├─ RouteStore (Redis + cache, pub/sub task)
@@ -23,10 +26,13 @@ import contextlib
 import gc
 import logging
 import multiprocessing
+import os
 import re
+import secrets
 import signal
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 from redis.asyncio import Redis
@@ -40,7 +46,11 @@ from appproxy.corked import CorkedHttpProtocol
 from appproxy.frontend.auth import Authenticator
 from appproxy.frontend.gate import SessionGate
 from appproxy.frontend.incoming import TrustedNetworks
+from appproxy.frontend.inference import InferenceGate
 from appproxy.frontend.users import UserDirectory
+from appproxy.inference.prober import ReadinessProber
+from appproxy.inference.reports import LoadReporter
+from appproxy.inference.store import EndpointStore
 from appproxy.internal import InternalEndpoints
 from appproxy.metrics import ProxyMetrics
 from appproxy.routes import RouteStore
@@ -58,8 +68,11 @@ class ProxyApp:
     def __init__(self, settings: ProxySettings, *, freeze_heap: bool = False) -> None:
         self.settings = settings
         self._freeze_heap = freeze_heap
-        self.gate: SessionGate | None = None
+        self.gate: InferenceGate | None = None
         self.routes: RouteStore | None = None
+        self.endpoints: EndpointStore | None = None
+        #: this process's name in readiness verdicts and load reports
+        self.proxy_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.activity: ActivityRecorder | None = None
         self.metrics: ProxyMetrics | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -122,15 +135,38 @@ class ProxyApp:
             metrics=metrics,
             metrics_allow=TrustedNetworks(s.proxy_metrics_allow),
         )
-        self.gate = SessionGate(
+        http = HttpForwarder(pool)
+        websocket = WebSocketForwarder(pool)
+        trusted = TrustedNetworks(s.proxy_trusted_proxies)
+        sessions = SessionGate(
             routes=routes,
             auth=auth,
-            http=HttpForwarder(pool),
-            websocket=WebSocketForwarder(pool),
+            http=http,
+            websocket=websocket,
             counters=metrics.counters,
-            trusted=TrustedNetworks(s.proxy_trusted_proxies),
+            trusted=trusted,
             base_domain=s.proxy_base_domain,
             internal=internal,
+        )
+        self.endpoints = endpoints = EndpointStore(redis, metrics.counters)
+        prober = ReadinessProber(pool, redis, self.proxy_id)
+        endpoints.set_replica_listener(prober.replicas_changed)
+        metrics.add_inference(lambda: [(e.name, e.load, e.balancer.ready_count) for e in endpoints])
+        stack.push_async_callback(endpoints.close)
+        stack.push_async_callback(prober.close)
+        reporter = LoadReporter(redis, endpoints, self.proxy_id)
+        for job in (endpoints.run(), reporter.run()):
+            stack.push_async_callback(_cancel, asyncio.create_task(job))
+        self.gate = InferenceGate(
+            store=endpoints,
+            prober=prober,
+            users=users,
+            http=http,
+            websocket=websocket,
+            trusted=trusted,
+            base_domain=s.proxy_base_domain,
+            public_host=urlsplit(s.public_url).hostname or "",
+            fallback=sessions,
         )
         if self._freeze_heap:
             # What exists now lives as long as the proxy process: keep the collector from

@@ -18,11 +18,16 @@
 #   localhost/jobgate-terminal:latest  a web terminal: terminado + tornado (wheels) behind a
 #                                     one-page xterm.js client (npm tarballs), `podman build
 #                                     --network none`; label jobgate.service-ports=terminal:http:7681
+#   localhost/jobgate-httpbench:latest  a tiny model-server stand-in for load tests: the Python
+#                                     image + scripts/httpbench.py (stdlib only; /ping,
+#                                     /invocations echo, /stream SSE, ?delay_ms=N, the replica's
+#                                     name in each answer), `podman build --network none`;
+#                                     label jobgate.service-ports=inference:http:8000
 #   registry                          not an image: Debian's docker-registry binary, unpacked
 #                                     (not installed, no service) to $CACHE/bin for the pull test
 #
 # Usage: scripts/build-test-images.sh [busybox] [python] [jupyter] [devbase] [codeserver]
-#                                     [terminal] [registry]                      (default: all)
+#                                     [terminal] [httpbench] [registry]          (default: all)
 # Environment: JOBGATE_PODMAN_USER (jobgate), JOBGATE_IMAGE_CACHE (/var/cache/jobgate-images),
 # JOBGATE_JUPYTER_PACKAGES ("jupyterlab ipykernel"), JOBGATE_DEBIAN_MIRROR (deb.debian.org),
 # JOBGATE_NPM_REGISTRY (registry.npmjs.org), JOBGATE_CODESERVER_VERSION (4.139.1, needs
@@ -49,6 +54,8 @@ JUPYTER=localhost/jobgate-jupyter:latest
 DEVBASE=localhost/jobgate-devbase:bookworm
 CODESERVER=localhost/jobgate-codeserver:latest
 TERMINAL=localhost/jobgate-terminal:latest
+HTTPBENCH=localhost/jobgate-httpbench:latest
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say() { echo "build-test-images: $*" >&2; }
@@ -483,6 +490,28 @@ EOF
     built "$TERMINAL" "$old"
 }
 
+# -- httpbench: a model-server stand-in with configurable latency (benchmarks/endpoints.py) --
+build_httpbench() {
+    wanted "$HTTPBENCH" || return 0
+    local old=$REPLACED
+    upodman image exists "$PYTHON" || build_python
+    local ctx=$CACHE/httpbench
+    rm -rf "$ctx" && mkdir -p "$ctx"
+    cp "$HERE/httpbench.py" "$ctx/server.py"
+    cat >"$ctx/Containerfile" <<EOF
+FROM $PYTHON
+COPY server.py /opt/httpbench/server.py
+LABEL jobgate.service-ports=inference:http:8000
+EXPOSE 8000
+CMD ["/usr/bin/python3", "/opt/httpbench/server.py", "--port", "8000"]
+EOF
+    chmod -R a+rX "$ctx"
+    say "building $HTTPBENCH (podman build --network none)"
+    upodman build -q --network none -t "$HTTPBENCH" "$ctx" >/dev/null
+    rm -rf "$ctx"
+    built "$HTTPBENCH" "$old"
+}
+
 # -- registry (for tests/integration/runtimes/test_podman_runtime.py's pull test) ---------------
 unpack_registry() {
     local bin=$CACHE/bin/docker-registry
@@ -497,7 +526,7 @@ unpack_registry() {
 
 install -d -m 0755 "$CACHE"
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(busybox python jupyter devbase codeserver terminal registry)
+[[ ${#targets[@]} -gt 0 ]] || targets=(busybox python jupyter devbase codeserver terminal httpbench registry)
 for target in "${targets[@]}"; do
     case $target in
         busybox) build_busybox ;;
@@ -506,7 +535,8 @@ for target in "${targets[@]}"; do
         devbase) build_devbase ;;
         codeserver) build_codeserver ;;
         terminal) build_terminal ;;
+        httpbench) build_httpbench ;;
         registry) unpack_registry ;;
-        *) die "unknown target $target (busybox python jupyter devbase codeserver terminal registry)" ;;
+        *) die "unknown target $target (busybox python jupyter devbase codeserver terminal httpbench registry)" ;;
     esac
 done

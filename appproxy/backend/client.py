@@ -44,7 +44,15 @@ _RETRYABLE: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE"})
 
 
 class UpstreamUnavailable(Exception):
-    """The app gave no answer: refused, reset, or not HTTP. Nothing reached the client."""
+    """The app gave no answer: refused, reset, or not HTTP. Nothing reached the client.
+
+    ``nothing_sent`` says that not a byte of the request reached the app (the connection
+    could not be made), so even a request with effects may go to another server.
+    """
+
+    def __init__(self, message: str, *, nothing_sent: bool = False) -> None:
+        super().__init__(message)
+        self.nothing_sent = nothing_sent
 
 
 class UpstreamTimeout(UpstreamUnavailable):
@@ -386,9 +394,13 @@ class ConnectionPool:
                     ssl=self._tls if origin.scheme == "https" else None,
                 )
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"no connection to the app in {self.connect_timeout}s") from exc
+            raise UpstreamTimeout(
+                f"no connection to the app in {self.connect_timeout}s", nothing_sent=True
+            ) from exc
         except OSError as exc:
-            raise UpstreamUnavailable(f"cannot connect to the app: {exc.strerror or exc}") from exc
+            raise UpstreamUnavailable(
+                f"cannot connect to the app: {exc.strerror or exc}", nothing_sent=True
+            ) from exc
         return conn
 
     def put_back(self, origin: Origin, conn: _Connection) -> None:

@@ -130,32 +130,54 @@ class HttpForwarder:
         self._timers = CoarseTimers(resolution=0.1)
 
     async def forward(
-        self, scope: Scope, receive: Receive, send: Send, upstream: Upstream, *, as_json: bool
-    ) -> None:
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        upstream: Upstream,
+        *,
+        as_json: bool,
+        fallback: bool = False,
+    ) -> bool:
+        """Carry one exchange; True when the client has been answered.
+
+        With ``fallback``, an app that could not even be connected to (not a byte of the
+        request sent, the body not read) is not answered for: False comes back and the
+        caller may send the request elsewhere (the inference frontend's retry).
+        """
         has_body, chunked = _body_framing(scope)
         watch = _DisconnectWatch(receive, self._timers, body_pending=has_body)
         body = _RequestBody(receive, watch) if has_body else None
         watch.want_later(_WATCH_AFTER)  # a long wait for the answer (long polling) is watched
         try:
-            response = await self._request(scope, send, upstream, body, chunked, as_json)
-            if response is not None:
-                await self._relay(response, send, upstream, watch)
+            try:
+                response = await self._request(scope, upstream, body, chunked)
+            except UpstreamUnavailable as exc:
+                if body is not None and body.disconnected:
+                    return True
+                upstream.meter.failed()
+                if fallback and exc.nothing_sent:
+                    return False
+                log.info("app at %s not answering: %s", upstream.origin, exc)
+                page = APP_TIMED_OUT if isinstance(exc, UpstreamTimeout) else APP_NOT_ANSWERING
+                await send_page(send, page, as_json=as_json)
+                return True
+            await self._relay(response, send, upstream, watch)
         except asyncio.CancelledError:
             if watch.caused():
-                return  # the client left; the exchange with the app went with it
+                return True  # the client left; the exchange with the app went with it
             raise
         finally:
             watch.stop()
+        return True
 
     async def _request(
         self,
         scope: Scope,
-        send: Send,
         upstream: Upstream,
         body: _RequestBody | None,
         chunked: bool,
-        as_json: bool,
-    ) -> Response | None:
+    ) -> Response:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -167,14 +189,8 @@ class HttpForwarder:
                 body.chunks() if body is not None else None,
                 chunked=chunked,
             )
-        except (UpstreamUnavailable, ValueError) as exc:
-            if body is not None and body.disconnected:
-                return None
-            upstream.meter.failed()
-            log.info("app at %s not answering: %s", upstream.origin, exc)
-            page = APP_TIMED_OUT if isinstance(exc, UpstreamTimeout) else APP_NOT_ANSWERING
-            await send_page(send, page, as_json=as_json)
-            return None
+        except ValueError as exc:
+            raise UpstreamUnavailable(str(exc)) from exc
         upstream.meter.responded(loop.time() - started, response.status)
         return response
 

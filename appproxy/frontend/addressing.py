@@ -20,12 +20,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from contract.endpoints import ENDPOINT_NAME_PATTERN, valid_endpoint_name
 from contract.routes import APP_NAME_PATTERN, SESSION_ID_PATTERN, valid_app_name, valid_session_id
 
-__all__ = ["AddSlash", "Target", "parse_host", "parse_path"]
+__all__ = [
+    "AddSlash",
+    "EndpointTarget",
+    "Target",
+    "parse_endpoint_host",
+    "parse_endpoint_path",
+    "parse_host",
+    "parse_path",
+]
 
 PATH_ROOT = "/s/"
 # /s/{session}/{app} then, unless the slash is missing, the rest of the path from its "/"
+ENDPOINT_ROOT = "/e/"
+# /e/{name} then the rest of the path from its "/" (none: the model server's root)
+_ENDPOINT_PATH = re.compile(f"/e/(?P<name>{ENDPOINT_NAME_PATTERN})(?P<rest>/.*)?", re.DOTALL)
 _APP_PATH = re.compile(f"/s/({SESSION_ID_PATTERN})/({APP_NAME_PATTERN})(/.*)?", re.DOTALL)
 
 
@@ -77,3 +89,44 @@ def parse_host(host: str, base_domain: str, raw_path: str) -> Target | None:
     if not valid_session_id(session_id) or not valid_app_name(app):
         return None
     return Target(session_id, app, "", raw_path or "/", "/")
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointTarget:
+    """An inference endpoint request: ``rest`` is what the model server sees (``/ping``)."""
+
+    name: str
+    prefix: str  # "/e/{name}" in path mode, "" in subdomain mode
+    rest: str
+
+
+def parse_endpoint_path(raw_path: str) -> EndpointTarget | None:
+    """``/e/{name}/rest`` (``/e/{name}`` is the server's root; no redirect for API clients).
+
+    >>> parse_endpoint_path("/e/iris/invocations")
+    EndpointTarget(name='iris', prefix='/e/iris', rest='/invocations')
+    """
+    match = _ENDPOINT_PATH.fullmatch(raw_path)
+    if match is None or not valid_endpoint_name(match["name"]):
+        return None
+    name, rest = match["name"], match["rest"]
+    return EndpointTarget(name, f"/e/{name}", rest or "/")
+
+
+def parse_endpoint_host(
+    host: str, base_domain: str, raw_path: str, *, exclude: str = ""
+) -> EndpointTarget | None:
+    """``{name}.{base_domain}`` (a label without ``--``, which marks a session's app).
+
+    >>> parse_endpoint_host("iris.apps.example.org", "apps.example.org", "/ping")
+    EndpointTarget(name='iris', prefix='', rest='/ping')
+    """
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.lower().rstrip(".")
+    suffix = "." + base_domain
+    if not name.endswith(suffix) or name == exclude:
+        return None
+    label = name[: -len(suffix)]
+    if not valid_endpoint_name(label):
+        return None
+    return EndpointTarget(label, "", raw_path or "/")

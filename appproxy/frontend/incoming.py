@@ -43,6 +43,7 @@ class Incoming:
 
     __slots__ = (
         "accept",
+        "bearer",
         "client",
         "cookies",
         "forwarded_chain",
@@ -59,6 +60,7 @@ class Incoming:
         self.cookies: list[bytes] = []
         self.accept = ""
         self.jobgate_key: str | None = None  # "jg_..." from Authorization: Bearer
+        self.bearer: str | None = None  # any Bearer credential (an endpoint token, say)
         host = b""
         fwd_for = fwd_proto = fwd_host = b""
         for name, value in scope["headers"]:
@@ -69,7 +71,9 @@ class Incoming:
             elif name == b"accept":
                 self.accept = value.decode("latin-1")
             elif name == b"authorization":
-                self.jobgate_key = _jobgate_key(value)
+                self.bearer = _bearer(value)
+                if self.bearer is not None and self.bearer.startswith(_KEY_PREFIX):
+                    self.jobgate_key = self.bearer
             elif name == b"x-forwarded-for":
                 fwd_for = value
             elif name == b"x-forwarded-proto":
@@ -103,10 +107,8 @@ class Incoming:
         return self.client
 
 
-def _jobgate_key(value: bytes) -> str | None:
-    """The jobgate API key in an ``Authorization`` header, or None for anything else."""
+def _bearer(value: bytes) -> str | None:
+    """The credential of an ``Authorization: Bearer`` header, or None for anything else."""
     if len(value) > 7 and value[:7].lower() == _BEARER:
-        key = value[7:].strip().decode("latin-1")
-        if key.startswith(_KEY_PREFIX):
-            return key
+        return value[7:].strip().decode("latin-1") or None
     return None

@@ -1,0 +1,1 @@
+"""Inference endpoints' traffic state: replicas, balancing, readiness probes, load reports."""
