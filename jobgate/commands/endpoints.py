@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -85,6 +86,37 @@ def _revision_body(
     return body
 
 
+WaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="Wait (up to --timeout) until it is HEALTHY or SCALED_TO_ZERO on this revision.",
+    ),
+]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds --wait waits.")]
+SETTLED = frozenset({"HEALTHY", "SCALED_TO_ZERO"})
+
+
+def _wait(api: Client, name: str, revision: int, timeout: float) -> dict[str, Any]:
+    """Poll until the endpoint settled on *revision*; an error when rolled back or late."""
+    deadline = time.monotonic() + timeout
+    while True:
+        e: dict[str, Any] = api.get(f"/v1/endpoints/{name}")
+        if e["revision"] != revision:
+            why = [r["reason"] for r in e["revisions"] if r["number"] == revision]
+            detail = (why[0] if why else "") or e["status_reason"]
+            raise ApiError(0, "Rolled back", f"revision {revision} was rolled back: {detail}")
+        if e["status"] in SETTLED and all(r["revision"] == revision for r in e["replicas"]):
+            return e
+        if time.monotonic() > deadline:
+            raise ApiError(
+                0,
+                "Timeout",
+                f"endpoint {name} is {e['status']} after {timeout:g}s: {e['status_reason']}",
+            )
+        time.sleep(0.5)
+
+
 def _ready(e: dict[str, Any]) -> str:
     return f"{e['ready_replicas']}/{e['desired_replicas']}"
 
@@ -105,6 +137,8 @@ def create(
     health_path: HealthOpt = "/",
     public: Annotated[bool, typer.Option(help="Callable without a token.")] = False,
     working_dir: WorkdirOpt = None,
+    wait: WaitOpt = False,
+    timeout: TimeoutOpt = 120.0,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create an endpoint; its URL is the last line printed."""
@@ -117,6 +151,8 @@ def create(
     body = _revision_body(api, command, image, port, resource, env, health_path, working_dir)
     body |= {"name": name, "public": public, "autoscale": scale}
     e = api.post("/v1/endpoints", json=body)
+    if wait:
+        e = _wait(api, name, e["revision"], timeout)
     if output == Output.json:
         print_json(e)
         return
@@ -238,6 +274,8 @@ def update(
     env: EnvOpt = [],  # noqa: B006
     health_path: Annotated[str | None, typer.Option(help="A new probe path.")] = None,
     working_dir: WorkdirOpt = None,
+    wait: WaitOpt = False,
+    timeout: TimeoutOpt = 120.0,
     output: OutputOpt = Output.table,
 ) -> None:
     """A new revision: the current one with what is given changed, rolled out without
@@ -260,7 +298,8 @@ def update(
             body["probe"] = cur["probe"] | {"path": health_path}
     if working_dir is not None:
         body["working_dir"] = send_working_dir(api, working_dir)
-    _done(api.post(f"/v1/endpoints/{name}/revisions", json=body), output)
+    e = api.post(f"/v1/endpoints/{name}/revisions", json=body)
+    _done(_wait(api, name, e["revision"], timeout) if wait else e, output)
 
 
 @app.command("rollback")
