@@ -26,7 +26,7 @@ from contract.endpoints import (
     new_endpoint_token,
     token_digest,
 )
-from contract.keys import ENDPOINT_WAKE_CHANNEL
+from contract.keys import ENDPOINT_WAKE_CHANNEL, endpoint_ready_key, endpoint_wake_key
 from gateway.auth import Principal
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
@@ -394,6 +394,7 @@ class EndpointService:
                 )
         await outbox.flush(self.pool)
         await delete_endpoint_route(self.pool, name)
+        await self.pool.delete(endpoint_ready_key(endpoint.id), endpoint_wake_key(endpoint.id))
         await self._poke(endpoint.id)
         return endpoint
 
