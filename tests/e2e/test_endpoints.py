@@ -176,6 +176,25 @@ def test_first_request_wakes_it_and_tokens_decide_who_calls(up: UpStack, endpoin
     assert stranger.status_code == 404
 
 
+def test_an_image_that_does_not_exist_is_unavailable_with_the_reason(up: UpStack) -> None:
+    up.cli(
+        "endpoints", "create", "ghost", "--image", "localhost/jobgate-no-such-image:1",
+        "--port", "8000", check=True,
+    )  # fmt: skip
+
+    def unavailable() -> dict[str, Any] | None:
+        shown: dict[str, Any] = up.cli_json("endpoints", "show", "ghost")
+        failed = [e for e in shown["events"] if e["kind"] == "replica-failed"]
+        return shown if shown["status"] == "UNAVAILABLE" and len(failed) >= 2 else None
+
+    shown = until(unavailable, 90, "ghost UNAVAILABLE")
+    assert "no-such-image" in shown["status_reason"]
+    # failures back off (1 s, then 2 s …), no crash loop
+    backoffs = [e["inputs"]["backoff_s"] for e in shown["events"] if e["kind"] == "replica-failed"]
+    assert sorted(backoffs)[:2] == [1.0, 2.0]
+    up.cli("endpoints", "rm", "ghost", check=True)
+
+
 def test_rolling_update_and_a_killed_replica_under_load(up: UpStack, endpoint: str) -> None:
     key = token(up)
     up.cli("endpoints", "scale", "hello", "--replicas", "2", check=True)
