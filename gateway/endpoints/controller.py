@@ -125,11 +125,17 @@ class EndpointController:
         self.leader = Leader(pool)
         self.memory: dict[str, _Memory] = {}
         self._poked = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     # -- the loop -------------------------------------------------------------------------
-    async def run(self, stop: asyncio.Event | None = None) -> None:
+    def stop(self) -> None:
+        """Finish the tick under way, then leave :meth:`run` (giving the lease back)."""
+        self._stopping.set()
+        self._poked.set()
+
+    async def run(self) -> None:
         """Tick every ``tick_s`` and whenever a wake or an API change arrives."""
-        stop = stop or asyncio.Event()
+        stop = self._stopping
         listener = asyncio.create_task(self._listen())
         try:
             while not stop.is_set():
@@ -140,6 +146,8 @@ class EndpointController:
                         self.memory.clear()  # another process leads: start afresh later
                 except Exception:
                     log.exception("endpoint controller tick failed; the next one retries")
+                if stop.is_set():
+                    break
                 self._poked.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._poked.wait(), self.tick_s)
@@ -152,8 +160,8 @@ class EndpointController:
 
     async def _listen(self) -> None:
         while True:
+            pubsub = self.pool.pubsub()
             try:
-                pubsub = self.pool.pubsub()
                 await pubsub.subscribe(ENDPOINT_WAKE_CHANNEL)
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
@@ -163,6 +171,9 @@ class EndpointController:
             except Exception:
                 log.warning("endpoint wake subscription lost; subscribing again")
                 await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     # -- one tick -------------------------------------------------------------------------
     async def tick(self) -> None:

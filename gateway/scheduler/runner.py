@@ -87,16 +87,19 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
     )
     main = asyncio.ensure_future(worker.async_run())
     # inference endpoints: every scheduler process runs the loop, the lease holder acts
-    endpoints_stop = asyncio.Event()
-    endpoints = asyncio.create_task(EndpointController(db, pool, settings).run(endpoints_stop))
+    controller = EndpointController(db, pool, settings)
+    endpoints = asyncio.create_task(controller.run())
     try:
         await asyncio.shield(main)
     except asyncio.CancelledError:
         pass
     finally:
-        endpoints_stop.set()
-        endpoints.cancel()
-        await asyncio.gather(endpoints, return_exceptions=True)
+        controller.stop()
+        try:
+            await asyncio.wait_for(asyncio.shield(endpoints), 10)
+        except (TimeoutError, asyncio.CancelledError):
+            endpoints.cancel()
+            await asyncio.gather(endpoints, return_exceptions=True)
         await queue.stop(worker, main)
         await server.close()
         await pool.aclose()

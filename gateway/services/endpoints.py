@@ -341,9 +341,22 @@ class EndpointService:
     async def rollback(self, principal: Principal, name: str, to: int | None) -> Endpoint:
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
-            if to is None:
+            if to is None:  # the last good one, else the newest other one
                 stable = endpoint.stable_revision
-                to = stable if stable and stable != endpoint.revision else endpoint.revision - 1
+                to = stable if stable and stable != endpoint.revision else None
+                to = (
+                    to
+                    or (
+                        await db.execute(
+                            select(func.max(EndpointRevision.number)).where(
+                                EndpointRevision.endpoint_id == endpoint.id,
+                                EndpointRevision.number != endpoint.revision,
+                            )
+                        )
+                    ).scalar_one()
+                )
+                if to is None:
+                    raise Conflict(f"endpoint {name} has only one revision", field="to")
             if to == endpoint.revision:
                 raise Conflict(f"revision {to} is already the current one", field="to")
             target = await db.get(EndpointRevision, (endpoint.id, to)) if to >= 1 else None

@@ -272,7 +272,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
             assert failed[0]["inputs"]["backoff_s"] == 1.0
 
             # a new revision: one surge replica of revision 2, the old ones keep serving
-            update_body = {**{k: v for k, v in BODY.items() if k != "name"}, "env": {"V": "2"}}
+            update_body = {"env": {"V": "2"}, "rollout": {"ready_timeout_s": 2}}
             r = await api.post("/v1/endpoints/demo/revisions", json=update_body)
             assert r.status_code == 200, r.text
             assert r.json()["revision"] == 2
@@ -285,17 +285,27 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
             assert e["status"] in ("DEPLOYING", "DEGRADED")
             assert [r["state"] for r in e["replicas"] if r["index"] == 0] == ["serving"]
 
-            # roll back by hand: revision 1 again, revision 2's replica stops
-            r = await api.post("/v1/endpoints/demo/rollback", json={})
-            assert r.status_code == 200, r.text
-            assert r.json()["revision"] == 1
-
-            async def rev2_gone() -> dict[str, Any] | None:
+            # revision 2 never gets ready (nothing places it): rolled back, with why
+            async def rolled_back() -> dict[str, Any] | None:
                 e = await _show(api, "demo")
-                return e if all(r["revision"] == 1 for r in e["replicas"]) else None
+                done = e["revision"] == 1 and all(r["revision"] == 1 for r in e["replicas"])
+                return e if done else None
 
-            await eventually(rev2_gone)
-            assert [x["number"] for x in (await _show(api, "demo"))["revisions"]] == [1, 2]
+            e = await eventually(rolled_back)
+            rev2 = next(x for x in e["revisions"] if x["number"] == 2)
+            assert rev2["state"] == "rolled-back"
+            assert "not ready after 2s" in rev2["reason"]
+            assert "pending" in rev2["reason"]
+            assert any(ev["kind"] == "rollback" for ev in e["events"])
+            # by hand: to the current revision is a conflict, to one that is not there 422
+            r = await api.post("/v1/endpoints/demo/rollback", json={"to": 1})
+            assert r.status_code == 409
+            r = await api.post("/v1/endpoints/demo/rollback", json={"to": 7})
+            assert r.status_code == 422
+            r = await api.post("/v1/endpoints/demo/rollback", json={})
+            assert (r.status_code, r.json()["revision"]) == (200, 2)
+            r = await api.post("/v1/endpoints/demo/rollback", json={"to": 1})
+            assert (r.status_code, r.json()["revision"]) == (200, 1)
 
             # delete: the route goes, the replicas stop, the name is free again
             r = await api.delete("/v1/endpoints/demo")
