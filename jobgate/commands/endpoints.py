@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from jobgate.client import ApiError, Client
 from jobgate.commands.common import OutputOpt, client, parse_pairs
@@ -156,7 +157,7 @@ def create(
     if output == Output.json:
         print_json(e)
         return
-    out.print(f"endpoint {e['name']}: {e['status']} ({e['status_reason']})")
+    out.print(f"endpoint {e['name']}: {e['status']} ({escape(e['status_reason'])})")
     print(e["url"])
 
 
@@ -200,7 +201,7 @@ def show(name: NameArg, output: OutputOpt = Output.table) -> None:
     ]
     width = max(len(f) for f, _ in fields)
     for key, value in fields:
-        out.print(f"[bold]{key:<{width}}[/]  {value}")
+        out.print(f"[bold]{key:<{width}}[/]  {escape(str(value))}")
     table(
         ["#", "REV", "STATE", "SESSION", "NODE", "READY", "IN FLIGHT", "REASON"],
         [
@@ -220,9 +221,9 @@ def show(name: NameArg, output: OutputOpt = Output.table) -> None:
     out.print("[bold]recent decisions[/]")
     for ev in e["events"]:
         inputs = ", ".join(f"{k}={v}" for k, v in ev["inputs"].items())
-        out.print(f"  {stamp(ev['at'])}  {ev['kind']:<14} {ev['message']}")
+        out.print(f"  {stamp(ev['at'])}  {ev['kind']:<14} {escape(ev['message'])}")
         if inputs:
-            out.print(f"  {'':<19}  [dim]{inputs}[/]")
+            out.print(f"  {'':<19}  [dim]{escape(inputs)}[/]")
 
 
 def _scale_text(a: dict[str, Any]) -> str:
