@@ -17,8 +17,8 @@ the sum of its live allocations (``occupied``, per device in ``device_used``, pi
 cores in ``used_cpus``) so the scheduler reads free capacity without scanning kernels;
 the plan applier and the event consumer change those sums under a row lock.
 
-Lock order, in every transaction that locks more than one row: sessions, then kernels,
-then nodes, each in id order. Two writers then never wait for each other in a circle.
+Lock order, in every transaction that locks more than one row: (an endpoint, then its
+replica) sessions, then kernels, then nodes, each in id order. Two writers then never wait for each other in a circle.
 Rows are locked FOR NO KEY UPDATE (``key_share=True``): no key ever changes, and inserts
 that merely point at a row (history, logs, kernels) do not wait for it.
 """
