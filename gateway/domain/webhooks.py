@@ -99,10 +99,11 @@ def address_refusal(address: Address, allowed: Sequence[Network]) -> str | None:
         return None
     for what, flag in (
         ("loopback", address.is_loopback),
+        ("unspecified", address.is_unspecified),
         ("link-local", address.is_link_local),
         ("private", address.is_private),
         ("multicast", address.is_multicast),
-        ("reserved", address.is_reserved or address.is_unspecified),
+        ("reserved", address.is_reserved),
     ):
         if flag:
             return f"{address} is a {what} address (JOBGATE_WEBHOOK_ALLOW_CIDRS allows some)"
