@@ -58,6 +58,13 @@ def _fields(pairs: list[tuple[str, object]]) -> None:
         print(f"{key.ljust(width)}  {value}")
 
 
+def _removed(name: str, output: Output, kind: str) -> None:
+    if output == Output.json:
+        print_json({"name": name, "removed": True})
+    else:
+        err.print(f"deleted {kind} {name}", markup=False)
+
+
 # -- templates ---------------------------------------------------------------------------
 @templates_app.command("create")
 def templates_create(
@@ -158,10 +165,10 @@ def templates_show(name: NameArg, output: OutputOpt = Output.table) -> None:
 
 
 @templates_app.command("rm")
-def templates_rm(name: NameArg) -> None:
+def templates_rm(name: NameArg, output: OutputOpt = Output.table) -> None:
     """Delete a template (and its triggers); the sessions it started stay."""
     client().delete(f"/v1/templates/{_seg(name)}")
-    err.print(f"deleted template {name}", markup=False)
+    _removed(name, output, "template")
 
 
 @templates_app.command("run")
@@ -265,10 +272,10 @@ def triggers_show(name: NameArg, output: OutputOpt = Output.table) -> None:
 
 
 @triggers_app.command("rm")
-def triggers_rm(name: NameArg) -> None:
+def triggers_rm(name: NameArg, output: OutputOpt = Output.table) -> None:
     """Delete a trigger: its URL answers 404 from now on."""
     client().delete(f"/v1/triggers/{_seg(name)}")
-    err.print(f"deleted trigger {name}", markup=False)
+    _removed(name, output, "trigger")
 
 
 @triggers_app.command("deliveries")
@@ -349,10 +356,10 @@ def webhooks_ls(output: OutputOpt = Output.table) -> None:
 
 
 @webhooks_app.command("rm")
-def webhooks_rm(webhook: IdArg) -> None:
+def webhooks_rm(webhook: IdArg, output: OutputOpt = Output.table) -> None:
     """Delete a webhook and its pending deliveries."""
     client().delete(f"/v1/webhooks/{_seg(webhook)}")
-    err.print(f"deleted webhook {webhook}", markup=False)
+    _removed(webhook, output, "webhook")
 
 
 @webhooks_app.command("rotate")
