@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.config import GatewaySettings
@@ -120,12 +120,26 @@ class Deliverer:
         while not stop.is_set():
             busy = False
             try:
-                busy = bool(await self.fan_out()) | bool(await self.send_due())
+                if await self.anything_to_do():
+                    busy = bool(await self.fan_out()) | bool(await self.send_due())
             except Exception:
                 log.exception("webhook deliverer: a round failed; trying again")
             if not busy:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.settings.webhook_poll_s)
+
+    async def anything_to_do(self) -> bool:
+        """One cheap read: a new event, or a pending delivery (due or not, claimed or not)."""
+        async with self.db() as db:
+            new, pending = (
+                await db.execute(
+                    select(
+                        exists().where(WebhookEvent.fanned_out.is_(False)),
+                        exists().where(WebhookDelivery.status == "pending"),
+                    )
+                )
+            ).one()
+            return bool(new or pending)
 
     # -- fan out ----------------------------------------------------------------------
     async def fan_out(self) -> int:
