@@ -127,6 +127,7 @@ class SessionService:
     def check_request(self, body: SessionCreate) -> None:
         """What can be checked of a request without the database (templates use it)."""
         self._check_sizes(body)
+        self._check_working_dir(body)
 
     def _check_sizes(self, body: SessionCreate) -> None:
         env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())

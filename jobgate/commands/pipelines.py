@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -30,6 +31,7 @@ from jobgate.commands.run import (
     wait_for,
 )
 from jobgate.render import Output, age, command_text, err, print_json, short_id, stamp, table
+from jobgate.workdir import send_working_dir
 
 templates_app = typer.Typer(
     help="Job templates: a session with parameters, run by name.", no_args_is_help=True
@@ -84,9 +86,16 @@ def templates_create(
     resource_group: Annotated[str | None, typer.Option("--group", help="Resource group.")] = None,
     project: Annotated[str | None, typer.Option(help="Project to charge runs to.")] = None,
     description: Annotated[str, typer.Option(help="What it is for.")] = "",
+    working_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--working-dir", help="Pack and upload this directory; every run starts in a copy."
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Save a session (image, resources, command ...) with parameters under a name."""
+    api = client()
     session = build_request(
         command or [],
         image=image,
@@ -108,8 +117,10 @@ def templates_create(
     for item in param:
         key, sep, default = item.partition("=")
         params.append({"name": key, "default": default if sep else None})
+    if working_dir is not None:
+        session["working_dir"] = send_working_dir(api, working_dir)
     body = {"name": name, "description": description, "params": params, "session": session}
-    made = client().post("/v1/templates", json=body)
+    made = api.post("/v1/templates", json=body)
     if output == Output.json:
         print_json(made)
     else:

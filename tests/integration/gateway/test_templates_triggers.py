@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 from harness import Stack
 
+from gateway.db.engine import create_engine, create_session_factory
 from gateway.domain.signatures import signature_header
+from gateway.services.blobs import referenced_digests
 
 SAMPLES = Path(__file__).resolve().parents[2] / "hook_samples"
 TRICKY = "$(touch /tmp/jobgate-pwned); echo 'x' `id` > y"
@@ -104,6 +106,22 @@ async def test_template_runs_with_params_in_the_env_and_names_bad_params(stack: 
             assert r.json()["field"] == field
             assert words in r.json()["detail"]
         assert (await api.post("/v1/templates/nope/run", json={})).status_code == 404
+
+        # a template's working directory must be uploaded, and is kept while it exists
+        blob = b"not really a tar, but content-addressed all the same"
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        spec = {"command": ["true"], "working_dir": digest}
+        r = await api.post("/v1/templates", json={"name": "wd", "session": spec})
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == "working_dir"
+        assert (await api.put(f"/v1/blobs/{digest}", content=blob)).status_code in (200, 201)
+        r = await api.post("/v1/templates", json={"name": "wd", "session": spec})
+        assert r.status_code == 201, r.text
+        engine = create_engine(stack.settings.effective_database_url)
+        try:
+            assert digest in await referenced_digests(create_session_factory(engine))
+        finally:
+            await engine.dispose()
 
         # another user sees none of it
         bob = await stack.create_user("bob")
