@@ -173,6 +173,19 @@ async def test_triggers_verify_filter_dedupe_and_start_sessions(stack: Stack) ->
         )
         sw = r.json()
         assert sw["secret"].startswith("whsec_")
+        r = await api.post(
+            "/v1/templates",
+            json={
+                "name": "strict",
+                "params": [{"name": "epochs"}],
+                "session": {"command": ["true"]},
+            },
+        )
+        assert r.status_code == 201, r.text
+        r = await api.post(
+            "/v1/triggers", json={"name": "strict-gh", "template": "strict", "source": "github"}
+        )
+        strict = r.json()
         bad = await api.post(
             "/v1/triggers", json={"name": "x", "template": "nope", "source": "github"}
         )
@@ -225,6 +238,12 @@ async def test_triggers_verify_filter_dedupe_and_start_sessions(stack: Stack) ->
         r = await _post(hook, url, ping, _github(gh["secret"], "ping", ping, "ping-1"))
         assert r.status_code == 200
         assert r.json()["verdict"] == "filtered"
+
+        # a template that needs what no event carries: refused, and the delivery says why
+        strict_url = f"/v1/hooks/{strict['id']}"
+        r = await _post(hook, strict_url, push, _github(strict["secret"], "push", push, "s-1"))
+        assert r.status_code == 422, r.text
+        assert "missing parameter(s) epochs" in r.json()["detail"]
 
         # GitLab: the token header; the push is to release/2.1, which "gl" does not take
         gl_url = f"/v1/hooks/{gl['id']}"
@@ -295,6 +314,10 @@ async def test_triggers_verify_filter_dedupe_and_start_sessions(stack: Stack) ->
             (delivery, "started", session_id),
         ]  # the refused ones left nothing but a count
         assert (await api.get("/v1/triggers/gh")).json()["refused"] == 4
+        (rejected,) = (await api.get("/v1/triggers/strict-gh/deliveries")).json()
+        assert rejected["verdict"] == "rejected"
+        assert rejected["session_id"] is None
+        assert "missing parameter(s) epochs" in rejected["detail"]
         assert (await api.get("/v1/triggers/gl")).json()["refused"] == 1
         everything = (await api.get("/v1/sessions", params={"limit": 50})).json()["items"]
         assert len(everything) == 4  # push, pull request, merge request, release
