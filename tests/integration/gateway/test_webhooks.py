@@ -25,7 +25,8 @@ from aiohttp import web
 from harness import Stack
 
 from gateway.config import GatewaySettings
-from gateway.webhooks import Refused, resolve
+from gateway.db.engine import create_engine, create_session_factory
+from gateway.webhooks import Deliverer, Refused, resolve
 from jobgate.localnet import free_port
 
 
@@ -269,3 +270,32 @@ async def test_targets_that_are_not_public_are_refused(
     allowed = hooks_stack.settings.webhook_networks
     local = await resolve(f"http://localhost:{receiver.port}/x", allowed)
     assert local == ("127.0.0.1", receiver.port)
+
+
+async def test_two_deliverers_share_the_work_and_send_each_delivery_once(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    stack = hooks_stack  # its gateway runs one deliverer; a second one joins here
+    engine = create_engine(stack.settings.effective_database_url)
+    second = Deliverer(create_session_factory(engine), stack.settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(second.run(stop))
+    try:
+        async with stack.client() as api:
+            r = await api.post(
+                "/v1/webhooks",
+                json={"url": receiver.base + "/both", "events": ["session.cancelled"]},
+            )
+            assert r.status_code == 201, r.text
+        sessions = [await _cancelled(stack) for _ in range(12)]
+        got = await receiver.wait("/both", len(sessions))
+        await asyncio.sleep(1.0)  # time enough for a second copy to arrive, were there one
+        ids = [h["webhook-id"] for h, _ in receiver.got["/both"]]
+        assert len(ids) == len(set(ids)) == len(sessions), ids
+        delivered = {json.loads(b)["data"]["session_id"] for _, b in got}
+        assert delivered == {s["id"] for s in sessions}
+    finally:
+        stop.set()
+        await task
+        await second.close()
+        await engine.dispose()
