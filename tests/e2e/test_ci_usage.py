@@ -122,3 +122,11 @@ def test_the_ci_pipelines_of_the_docs_run_as_written(up: UpStack, tmp_path: Path
     shown = up.cli_json("sessions", "show", session_id)
     assert shown["name"] == "train-7-4242"
     assert shown["env"]["GIT_SHA"] == "da15608"
+
+    # `templates run --wait` ends the same way (`jobgate run`'s code): the job's exit code
+    script = 'exit "$JOBGATE_PARAM_CODE"'
+    up.cli("templates", "create", "check", "--param", "code", "--", "sh", "-c", script, check=True)
+    result = up.cli("templates", "run", "check", "-p", "code=3", "--wait", "-o", "json")
+    assert result.returncode == 3, result.stderr
+    assert json.loads(result.stdout)["exit_code"] == 3
+    assert "jobgate: FAILED, exit code 3" in result.stderr
