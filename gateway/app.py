@@ -37,7 +37,10 @@ from gateway.api.routes import (
     policies,
     projects,
     sessions,
+    templates,
+    triggers,
     users,
+    webhooks,
 )
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
@@ -47,9 +50,13 @@ from gateway.events import EventHandler
 from gateway.metrics import CONTENT_TYPE, ConsumerMetrics, HttpMetrics, MetricsMiddleware
 from gateway.queue import connect
 from gateway.services.blobs import BlobStore, blob_gc_loop
+from gateway.services.hooks import HookService
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
+from gateway.services.templates import TemplateService
+from gateway.services.webhooks import WebhookService
 from gateway.state import AppState
+from gateway.webhooks import Deliverer
 
 __all__ = ["create_app"]
 
@@ -68,15 +75,20 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         engine = create_engine(settings.effective_database_url)
         db = create_session_factory(engine)
         pool = await connect(settings.redis_url)
+        sessions_ = SessionService(db, pool, settings, blob_store)
+        templates_ = TemplateService(db, sessions_)
         state = AppState(
             settings=settings,
             engine=engine,
             db=db,
             pool=pool,
             keys=KeyCache(settings.api_key_cache_s),
-            sessions=SessionService(db, pool, settings, blob_store),
+            sessions=sessions_,
             logs=LogService(db, pool, settings.max_log_bytes),
             blobs=blob_store,
+            templates=templates_,
+            hooks=HookService(db, templates_),
+            webhooks=WebhookService(db, settings),
         )
         app.state.jobgate = state
         consumer = None
@@ -92,9 +104,15 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             gc = asyncio.create_task(
                 blob_gc_loop(blob_store, db, settings.blob_gc_interval_s, settings.blob_gc_grace_s)
             )
+        deliverer = Deliverer(db, settings) if settings.webhook_deliverer else None
+        delivering = asyncio.create_task(deliverer.run()) if deliverer is not None else None
         try:
             yield
         finally:
+            if delivering is not None and deliverer is not None:
+                delivering.cancel()
+                await asyncio.gather(delivering, return_exceptions=True)
+                await deliverer.close()
             if gc is not None:
                 gc.cancel()
                 await asyncio.gather(gc, return_exceptions=True)
@@ -124,13 +142,21 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         internal,
         blobs,
         endpoints,
+        templates,
+        triggers,
+        webhooks,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES
         app.include_router(module.router, responses=responses)
     console.install(app)  # the web console: /, /sign-in, /sessions/{id}, /nodes, /admin
     app.add_middleware(
-        problems.BodyLimit, limit=MAX_BODY, prefixes=(("/v1/blobs/", settings.max_blob_bytes),)
+        problems.BodyLimit,
+        limit=MAX_BODY,
+        prefixes=(
+            ("/v1/blobs/", settings.max_blob_bytes),
+            ("/v1/hooks/", settings.max_hook_bytes),
+        ),
     )
 
     async def metrics(request: Request) -> Response:

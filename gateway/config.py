@@ -15,6 +15,8 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.domain.webhooks import Network, parse_networks
+
 __all__ = ["GatewaySettings", "async_database_url", "default_data_dir"]
 
 
@@ -104,16 +106,42 @@ class GatewaySettings(BaseSettings):
     #: the address it listens on (0.0.0.0 for a Prometheus on another machine)
     scheduler_metrics_host: str = "127.0.0.1"
 
+    # -- pipelines (docs/pipelines.md) -------------------------------------------------
+    #: networks webhooks and callbacks may reach although they are not public (comma-
+    #: separated CIDRs, e.g. 10.20.0.0/16); loopback, private, link-local are refused otherwise
+    webhook_allow_cidrs: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: every gateway process delivers webhooks (safe with several: rows are claimed)
+    webhook_deliverer: bool = True
+    #: the deliverer looks for new events and due retries this often
+    webhook_poll_s: float = Field(default=1.0, gt=0)
+    #: the retry schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h) times this
+    webhook_retry_scale: float = Field(default=1.0, gt=0)
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    #: after a rotation the old secret also signs for this long
+    webhook_rotation_overlap_s: float = Field(default=86400.0, ge=0)
+    #: the largest body POST /v1/hooks/{id} reads; larger ones are refused (413) unread
+    max_hook_bytes: int = Field(default=1024 * 1024, ge=1024)
+
     # -- API --------------------------------------------------------------------------
     api_key_cache_s: float = 5.0
     #: how long a web console sign-in lasts (the cookie and its server-side record)
     console_session_s: int = 12 * 3600
     page_size_max: int = 500
 
-    @field_validator("allowed_mount_roots", mode="before")
+    @field_validator("allowed_mount_roots", "webhook_allow_cidrs", mode="before")
     @classmethod
     def _roots(cls, value: object) -> object:
         return _split(value)
+
+    @cached_property
+    def webhook_networks(self) -> list[Network]:
+        return parse_networks(self.webhook_allow_cidrs)
+
+    @field_validator("webhook_allow_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        parse_networks(value)  # a typo is an error at start, not a refusal later
+        return value
 
     @property
     def effective_storage_root(self) -> Path:

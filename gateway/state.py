@@ -11,8 +11,11 @@ from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.services.blobs import BlobStore
+from gateway.services.hooks import HookService
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
+from gateway.services.templates import TemplateService
+from gateway.services.webhooks import WebhookService
 
 __all__ = ["AppState"]
 
@@ -27,3 +30,6 @@ class AppState:
     sessions: SessionService
     logs: LogService
     blobs: BlobStore
+    templates: TemplateService
+    hooks: HookService
+    webhooks: WebhookService

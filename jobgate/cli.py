@@ -10,6 +10,7 @@
     jobgate apps ls|open SESSION [APP]        jobgate images ls|add|rm
     jobgate gateway serve | scheduler run | worker run | proxy serve
     jobgate db upgrade|backup|restore   jobgate service install   jobgate admin config
+    jobgate templates|triggers|webhooks ...   (docs/pipelines.md)
 
 :func:`main` is the one place errors reach the user: every failure is one line on
 stderr (``error: …``) and an exit code; a Python traceback never reaches a user.
@@ -27,7 +28,18 @@ import typer
 
 from contract.version import VERSION
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, config, db, endpoints, nodes, serve, service, sessions
+from jobgate.commands import (
+    admin,
+    apps,
+    config,
+    db,
+    endpoints,
+    nodes,
+    pipelines,
+    serve,
+    service,
+    sessions,
+)
 from jobgate.commands.common import close_clients
 from jobgate.commands.run import run
 from jobgate.commands.up import up
@@ -97,6 +109,9 @@ serve.db_app.command("backup")(db.backup)
 serve.db_app.command("restore")(db.restore)
 app.add_typer(serve.proxy_app, name="proxy")
 app.add_typer(service.app, name="service")
+app.add_typer(pipelines.templates_app, name="templates")  # docs/pipelines.md
+app.add_typer(pipelines.triggers_app, name="triggers")
+app.add_typer(pipelines.webhooks_app, name="webhooks")
 
 
 def _usage(exc: clickx.UsageError) -> int:

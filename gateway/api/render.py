@@ -65,6 +65,7 @@ def public(d: SessionDetails) -> SessionPublic:
         max_retries=s.max_retries,
         retries=s.retries or 0,
         apps=sorted(s.apps),
+        callback_url=s.callback_url,
     )
     if d.history is not None:
         view.history = [

@@ -85,6 +85,9 @@ class SessionPublic(BaseModel):
     retries: int = 0  # re-runs after lost nodes so far
     apps: list[str]
     history: list[HistoryItem] | None = None
+    #: where its end is announced; the secret that signs it is shown in the create answer only
+    callback_url: str | None = None
+    callback_secret: str | None = None
     #: interactive sessions: when the proxy last carried traffic, and when idleness ends it
     last_activity_at: datetime | None = None
     idle_deadline: datetime | None = None

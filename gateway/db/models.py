@@ -11,6 +11,9 @@
               ├──< session_dependencies
               └──< session_logs (chunks, by kernel and stream)
 
+    job_templates ──< hook_triggers ──< hook_deliveries        (docs/pipelines.md)
+    webhooks ──< webhook_deliveries >── webhook_events (the outbox of events)
+
 A session is what a user asked for; its kernels are its containers (one, or several
 for a cluster session), each placed on a node with its own allocation. A node row keeps
 the sum of its live allocations (``occupied``, per device in ``device_used``, pinned
@@ -57,7 +60,10 @@ __all__ = [
     "EndpointEvent",
     "EndpointRevision",
     "EndpointToken",
+    "HookDelivery",
+    "HookTrigger",
     "Image",
+    "JobTemplate",
     "Kernel",
     "Node",
     "Project",
@@ -69,6 +75,9 @@ __all__ = [
     "SessionLog",
     "StatusHistory",
     "User",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
     "new_id",
     "utcnow",
 ]
@@ -284,6 +293,9 @@ class Session(Base):
     replica_index: Mapped[int | None] = mapped_column(Integer, default=None)
     replica_state: Mapped[str | None] = mapped_column(String(16), default=None)
     replica_state_at: Mapped[datetime | None] = mapped_column(default=None)
+    #: where its end is announced (a signed webhook, docs/pipelines.md), and the secret
+    callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    callback_secret: Mapped[str | None] = mapped_column(String(128), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column(default=None)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -478,4 +490,132 @@ class EndpointEvent(Base):
     kind: Mapped[str] = mapped_column(String(32))  # scale | start | drain | stop | rollback …
     message: Mapped[str] = mapped_column(Text, default="")
     inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# ---- pipelines: templates, inbound triggers, outbound webhooks (docs/pipelines.md) ----
+class JobTemplate(Base):
+    """A parameterized session: a session request plus the parameters a run fills in."""
+
+    __tablename__ = "job_templates"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_job_templates_owner_name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    description: Mapped[str] = mapped_column(Text, default="")
+    #: the session request (SessionCreate as JSON, only the fields given)
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: {"items": [{"name": ..., "default": str | None}]}; no default: required
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class HookTrigger(Base):
+    """An inbound CI hook: a signed request to /v1/hooks/{id} runs a template."""
+
+    __tablename__ = "hook_triggers"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_hook_triggers_owner_name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    template_id: Mapped[str] = mapped_column(
+        ForeignKey("job_templates.id", ondelete="CASCADE"), index=True
+    )
+    source: Mapped[str] = mapped_column(String(16))  # github | gitlab | standard
+    events: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"items": [...]}
+    branches: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"items": [globs]}
+    secret: Mapped[str] = mapped_column(String(128))
+    #: requests refused for a missing or wrong signature (nothing else of them is kept)
+    refused: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class HookDelivery(Base):
+    """One verified delivery of a trigger and what came of it."""
+
+    __tablename__ = "hook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("trigger_id", "delivery_id", name="uq_hook_deliveries_delivery"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    trigger_id: Mapped[str] = mapped_column(ForeignKey("hook_triggers.id", ondelete="CASCADE"))
+    delivery_id: Mapped[str] = mapped_column(String(255))
+    event: Mapped[str] = mapped_column(String(64), default="")
+    ref: Mapped[str] = mapped_column(String(255), default="")
+    verdict: Mapped[str] = mapped_column(String(16))  # started | filtered | rejected
+    detail: Mapped[str] = mapped_column(Text, default="")
+    session_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Webhook(Base):
+    """An outbound subscription: events of the owner's (or a project's) sessions."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), default=None
+    )
+    url: Mapped[str] = mapped_column(String(2048))
+    events: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"items": [types]}
+    secret: Mapped[str] = mapped_column(String(128))  # whsec_...
+    #: after a rotation, the old secret also signs until previous_until
+    previous_secret: Mapped[str | None] = mapped_column(String(128), default=None)
+    previous_until: Mapped[datetime | None] = mapped_column(default=None)
+    #: why it no longer gets deliveries (the receiver answered 410 Gone); None: active
+    disabled_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookEvent(Base):
+    """The outbox: an event written in the transaction that caused it.
+
+    Its id is the ``webhook-id`` every delivery of it carries (receivers dedupe on it).
+    The deliverer fans it out to deliveries, then marks it done."""
+
+    __tablename__ = "webhook_events"
+    __table_args__ = (Index("ix_webhook_events_fanned_out", "fanned_out", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    type: Mapped[str] = mapped_column(String(64))
+    session_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    owner_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    project_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    fanned_out: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event to one URL (a webhook's, or a session's callback_url), with its attempts."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    event_id: Mapped[str] = mapped_column(
+        ForeignKey("webhook_events.id", ondelete="CASCADE"), index=True
+    )
+    webhook_id: Mapped[str | None] = mapped_column(
+        ForeignKey("webhooks.id", ondelete="CASCADE"), default=None, index=True
+    )
+    #: a session's callback (its own URL and secret) when webhook_id is None
+    session_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    url: Mapped[str] = mapped_column(String(2048))
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # succeeded|failed|...
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: a deliverer holds it until then (a crashed one's claim runs out)
+    locked_until: Mapped[datetime | None] = mapped_column(default=None)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    #: {"items": [{"at", "status_code", "error", "ms"}]}, the latest attempts
+    log: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -76,6 +76,18 @@ class SessionCreate(Input):
         description="re-runs of a batch session after its node was lost "
         "(default: the resource group's, docs/node-loss.md)",
     )
+    callback_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="http(s) URL told when the session ends: a Standard Webhooks v1 signed "
+        "POST {type, timestamp, data} (docs/pipelines.md)",
+    )
+    callback_secret: str | None = Field(
+        default=None,
+        pattern=r"^whsec_[A-Za-z0-9+/=]{16,120}$",
+        description="whsec_... secret the callback is signed with (default: a new one, "
+        "in the create answer)",
+    )
 
     @field_validator("image")
     @classmethod

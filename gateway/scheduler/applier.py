@@ -24,8 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.messages import StartKernel, WireApp, WireMount
 from gateway.db.clock import db_now
-from gateway.db.models import Kernel, Node, Session, StatusHistory
-from gateway.db.transitions import bulk_transition
+from gateway.db.models import Kernel, Node, Session, StatusHistory, WebhookEvent
+from gateway.db.transitions import bulk_transition, session_ended_events
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.outbox import Outbox
 from gateway.scheduler.allocation import NodeLedger
@@ -225,6 +225,8 @@ async def _write(
             row["pending_reason"] = ""
         await db.execute(_by_id(SESSIONS, updates[0]), updates)
         await db.execute(insert(HISTORY), history)
+        ended = session_ended_events(S.CANCELLED, list(out.cancelled), now)
+        await db.execute(insert(WebhookEvent), ended)
         await db.execute(
             update(KERNELS)
             .where(KERNELS.c.session_id.in_(list(out.cancelled)))

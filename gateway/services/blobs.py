@@ -30,7 +30,7 @@ from sqlalchemy import select
 
 from contract.blobs import is_digest
 from gateway.db.engine import SessionFactory
-from gateway.db.models import Session
+from gateway.db.models import JobTemplate, Session
 from gateway.domain.errors import Invalid
 from gateway.domain.status import TERMINAL
 
@@ -158,7 +158,12 @@ async def referenced_digests(db: SessionFactory) -> set[str]:
             .where(Session.working_dir.is_not(None), Session.status.not_in(TERMINAL))
             .distinct()
         )
-        return {digest for (digest,) in rows if digest}
+        found = {digest for (digest,) in rows if digest}
+        # a template's working directory is used by every run to come (docs/pipelines.md)
+        for (spec,) in await session.execute(select(JobTemplate.spec)):
+            if isinstance(spec.get("working_dir"), str):
+                found.add(spec["working_dir"])
+        return found
 
 
 async def collect_garbage(

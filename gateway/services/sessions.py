@@ -40,8 +40,10 @@ from gateway.db.models import (
 from gateway.domain.errors import Conflict, Forbidden, Invalid, QuotaExceeded
 from gateway.domain.feasibility import NodeShape, check_feasible
 from gateway.domain.requests import SessionCreate
+from gateway.domain.signatures import new_secret
 from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
+from gateway.domain.webhooks import check_url
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
 from gateway.queue import request_schedule
@@ -127,12 +129,15 @@ class SessionService:
     ) -> tuple[ResourceSlots, str | None]:
         """An endpoint replica's request, checked as a session's would be (sizes, working
         dir, resources, feasibility, group): its slots with the defaults, and its image."""
-        self._check_sizes(body)
-        self._check_working_dir(body)
+        self.check_request(body)
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
         await self._check_group(db, body.resource_group)
         return resources, image
+    def check_request(self, body: SessionCreate) -> None:
+        """What can be checked of a request without the database (templates use it)."""
+        self._check_sizes(body)
+        self._check_working_dir(body)
 
     def _check_sizes(self, body: SessionCreate) -> None:
         env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
@@ -151,6 +156,10 @@ class SessionService:
             raise Invalid("a batch session needs a command", field="command")
         if body.command and not body.command[0].strip():
             raise Invalid("the command's first word is empty", field="command")
+        if body.callback_url is not None:
+            refusal = check_url(body.callback_url, self.settings.webhook_networks)
+            if refusal:
+                raise Invalid(refusal, field="callback_url")
         roots = self.settings.allowed_mount_roots
         for i, mount in enumerate(body.mounts):
             if not within_roots(mount.source, roots):
@@ -261,6 +270,8 @@ class SessionService:
             idle_timeout_s=body.idle_timeout,
             max_retries=body.max_retries,
             apps=await self._registered_apps(db, body),
+            callback_url=body.callback_url,
+            callback_secret=(body.callback_secret or new_secret()) if body.callback_url else None,
             pending_reason="waiting for the scheduler",
             created_at=clock(db),  # the database's clock, in the INSERT: no extra round trip
         )

@@ -12,6 +12,7 @@ as JSON, the job's output then going to stderr); jobgate's own notes go to stder
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -21,7 +22,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from jobgate.client import Client
+from jobgate.client import ApiError, Client
 from jobgate.commands.common import OutputOpt, client, parse_pairs
 from jobgate.progress import Progress
 from jobgate.render import Output, between, duration, err, print_json, short_id
@@ -29,7 +30,7 @@ from jobgate.workdir import send_working_dir
 
 APP_WAIT_S = 120.0
 
-__all__ = ["build_request", "follow_session", "run"]
+__all__ = ["build_request", "follow_session", "run", "wait_for"]
 
 EXIT_ERROR = 125
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"})
@@ -309,6 +310,19 @@ def run(
     idempotency_key: Annotated[
         str | None, typer.Option(help="Retry-safe key: the same key returns the same session.")
     ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="Follow it to its end and exit with its code (the default; for CI)."
+        ),
+    ] = False,
+    callback_url: Annotated[
+        str | None,
+        typer.Option(
+            help="A URL told (signed POST) when it ends, signed with $JOBGATE_CALLBACK_SECRET "
+            "(whsec_...) or a new secret (-d -o json shows it); see docs/pipelines.md."
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
     max_retries: Annotated[
         int | None,
@@ -361,6 +375,12 @@ def run(
     )
     if working_dir is not None:
         body["working_dir"] = send_working_dir(api, working_dir)
+    if callback_url is not None:
+        body["callback_url"] = callback_url
+        if os.environ.get("JOBGATE_CALLBACK_SECRET"):  # the receiver's whsec_ secret
+            body["callback_secret"] = os.environ["JOBGATE_CALLBACK_SECRET"]
+    if wait and detach:
+        raise ApiError(0, "Usage", "--wait and --detach exclude each other")
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     session = api.post("/v1/sessions", json=body, headers=headers)
     session_id = session["id"]
@@ -370,6 +390,13 @@ def run(
         else:
             print(session_id)
         return
+    wait_for(api, session_id, output, interactive=interactive)
+
+
+def wait_for(api: Client, session_id: str, output: Output, *, interactive: bool = False) -> None:
+    """Follow a submitted session to its end (output streamed, a summary line on
+    stderr, ``-o json``: the final session on stdout) and exit with its exit code.
+    ``run`` and ``templates run --wait`` both end here."""
     err.print(f"jobgate: session {session_id} submitted", markup=False)
     stop_apps = threading.Event()
     watcher: list[threading.Thread] = []

@@ -42,7 +42,9 @@ async def create_session(
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/sessions/{result.session.id}"
     if result.details is not None:
-        return public(result.details)
+        view = public(result.details)
+        view.callback_secret = result.session.callback_secret  # shown once, at create
+        return view
     async with state.db() as db:
         return await render(db, result.session)
 

@@ -27,11 +27,13 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from harness import Stack
 
 EXCLUDED = "positive_data_acceptance,allow_header_conformance"
 
 
+@pytest.mark.timeout(600)  # 55 operations: over pytest's 180 s default on a busy 2-core host
 async def test_the_api_survives_schemathesis_with_every_other_check(
     stack: Stack, tmp_path: Path
 ) -> None:

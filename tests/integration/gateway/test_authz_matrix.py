@@ -91,6 +91,26 @@ MATRIX: dict[str, str] = {
     "POST /v1/endpoints/{name}/tokens": OWNER,
     "GET /v1/endpoints/{name}/tokens": OWNER,
     "DELETE /v1/endpoints/{name}/tokens/{token_id}": OWNER,
+    # pipelines (docs/pipelines.md): each user's own templates, triggers and webhooks
+    # (someone else's are a 404 like a made-up name); hooks: the signature is the key
+    "POST /v1/templates": USER,
+    "GET /v1/templates": USER,
+    "GET /v1/templates/{name}": USER,
+    "DELETE /v1/templates/{name}": USER,
+    "POST /v1/templates/{name}/run": USER,
+    "POST /v1/triggers": USER,
+    "GET /v1/triggers": USER,
+    "GET /v1/triggers/{name}": USER,
+    "DELETE /v1/triggers/{name}": USER,
+    "GET /v1/triggers/{name}/deliveries": USER,
+    "POST /v1/hooks/{trigger_id}": PUBLIC,
+    "POST /v1/webhooks": USER,
+    "GET /v1/webhooks": USER,
+    "GET /v1/webhooks/{webhook_id}": USER,
+    "DELETE /v1/webhooks/{webhook_id}": USER,
+    "POST /v1/webhooks/{webhook_id}/rotate": USER,
+    "GET /v1/webhooks/{webhook_id}/deliveries": USER,
+    "POST /v1/webhooks/deliveries/{delivery_id}/redeliver": USER,
 }
 
 KEYLESS = ("anonymous", "wrong key", "revoked key", "node token")
@@ -148,6 +168,9 @@ async def world(stack: Stack) -> World:
             "digest": "sha256:" + "0" * 64,
             "endpoint": "alices",
             "token_id": "no-such-token",
+            "trigger_id": "no-such-trigger",
+            "webhook_id": "no-such-webhook",
+            "delivery_id": "no-such-delivery",
         },
     )
 

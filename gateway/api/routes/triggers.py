@@ -1,0 +1,178 @@
+"""/v1/triggers (inbound CI triggers, with an API key) and /v1/hooks/{id} (where CI
+services deliver: no API key, the signature is the credential)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from gateway.api.deps import CurrentUser, State
+from gateway.db.models import HookDelivery, HookTrigger
+from gateway.domain.requests import NAME_PATTERN, Input
+from gateway.services.hooks import TriggerSpec
+
+triggers = APIRouter(prefix="/v1/triggers", tags=["triggers"])
+hooks = APIRouter(prefix="/v1/hooks", tags=["triggers"])
+
+Source = Literal["github", "gitlab", "standard"]
+
+
+class TriggerCreate(Input):
+    name: str = Field(pattern=NAME_PATTERN)
+    template: str = Field(pattern=NAME_PATTERN, description="one of your templates")
+    source: Source
+    events: list[Annotated[str, Field(pattern=r"^[a-z_.]{1,64}$")]] = Field(
+        default_factory=list, max_length=32, description="e.g. push, pull_request; none: all"
+    )
+    branches: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+        default_factory=list, max_length=32, description="globs: main, release/*; none: all"
+    )
+
+
+class TriggerPublic(BaseModel):
+    id: str
+    name: str
+    template: str
+    source: str
+    events: list[str]
+    branches: list[str]
+    url: str
+    refused: int
+    created_at: datetime
+    #: only in the create answer: configure it at the CI service now
+    secret: str | None = None
+
+
+class HookDeliveryPublic(BaseModel):
+    delivery: str
+    event: str
+    ref: str
+    verdict: str
+    detail: str
+    session_id: str | None
+    at: datetime
+
+
+class HookAnswerPublic(BaseModel):
+    verdict: Literal["started", "duplicate", "filtered"]
+    detail: str
+    delivery: str
+    session_id: str | None
+
+
+def _view(request: Request, t: HookTrigger, template: str) -> TriggerPublic:
+    base = str(request.base_url).rstrip("/")
+    return TriggerPublic(
+        id=t.id,
+        name=t.name,
+        template=template,
+        source=t.source,
+        events=list(t.events.get("items", [])),
+        branches=list(t.branches.get("items", [])),
+        url=f"{base}/v1/hooks/{t.id}",
+        refused=t.refused,
+        created_at=t.created_at,
+    )
+
+
+def _delivery(d: HookDelivery) -> HookDeliveryPublic:
+    return HookDeliveryPublic(
+        delivery=d.delivery_id,
+        event=d.event,
+        ref=d.ref,
+        verdict=d.verdict,
+        detail=d.detail,
+        session_id=d.session_id,
+        at=d.created_at,
+    )
+
+
+@triggers.post(
+    "",
+    operation_id="triggers-create",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TriggerPublic,
+)
+async def create_trigger(
+    body: TriggerCreate, principal: CurrentUser, state: State, request: Request
+) -> TriggerPublic:
+    """A URL a CI service posts to; each verified delivery runs the template. The
+    secret is in this answer only."""
+    spec = TriggerSpec(body.name, body.template, body.source, body.events, body.branches)
+    row = await state.hooks.create(principal, spec)
+    view = _view(request, row, body.template)
+    view.secret = row.secret
+    return view
+
+
+@triggers.get("", operation_id="triggers-list", response_model=list[TriggerPublic])
+async def list_triggers(
+    principal: CurrentUser, state: State, request: Request
+) -> list[TriggerPublic]:
+    return [_view(request, t, name) for t, name in await state.hooks.mine(principal)]
+
+
+@triggers.get("/{name}", operation_id="triggers-get", response_model=TriggerPublic)
+async def get_trigger(
+    name: str, principal: CurrentUser, state: State, request: Request
+) -> TriggerPublic:
+    trigger, template = await state.hooks.get(principal, name)
+    return _view(request, trigger, template)
+
+
+@triggers.delete(
+    "/{name}",
+    operation_id="triggers-delete",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def delete_trigger(name: str, principal: CurrentUser, state: State) -> Response:
+    await state.hooks.delete(principal, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@triggers.get(
+    "/{name}/deliveries",
+    operation_id="triggers-deliveries",
+    response_model=list[HookDeliveryPublic],
+)
+async def list_deliveries(
+    name: str,
+    principal: CurrentUser,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[HookDeliveryPublic]:
+    """Newest first: each verified delivery, its verdict and the session it started."""
+    return [_delivery(d) for d in await state.hooks.deliveries(principal, name, limit)]
+
+
+@hooks.post(
+    "/{trigger_id}",
+    operation_id="triggers-deliver",
+    response_model=HookAnswerPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={200: {"model": HookAnswerPublic, "description": "filtered, or seen before"}},
+)
+async def deliver(trigger_id: str, request: Request, state: State) -> JSONResponse:
+    """Where GitHub, GitLab or a Standard Webhooks sender delivers. Signed with the
+    trigger's secret, or 401. A started session answers 202 at once (it is queued); a
+    delivery id seen before, or one the filters pass over, answers 200."""
+    body = await request.body()  # BodyLimit stops it past JOBGATE_MAX_HOOK_BYTES (413)
+    answer = await state.hooks.receive(trigger_id, request.headers, body)
+    view = HookAnswerPublic(
+        verdict=answer.verdict,
+        detail=answer.detail,
+        delivery=answer.delivery,
+        session_id=answer.session_id,
+    )
+    code = status.HTTP_202_ACCEPTED if answer.verdict == "started" else status.HTTP_200_OK
+    return JSONResponse(view.model_dump(), status_code=code)
+
+
+router = APIRouter()  # what app.py includes: both prefixes
+router.include_router(triggers)
+router.include_router(hooks)

@@ -1,0 +1,301 @@
+"""Outbound webhooks against a real HTTP receiver on loopback: Standard Webhooks
+signatures checked by the receiver with the spec's algorithm, retries after a 500,
+Retry-After honoured, 3xx not followed, 410 disabling the hook, rotation sending two
+signatures, a session's callback_url, and a gateway restart losing nothing. The retry
+schedule runs 1000x faster here (JOBGATE_WEBHOOK_RETRY_SCALE); loopback is allowed
+(JOBGATE_WEBHOOK_ALLOW_CIDRS=127.0.0.0/8) and every other private address refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from harness import Stack
+
+from gateway.config import GatewaySettings
+from gateway.db.engine import create_engine, create_session_factory
+from gateway.webhooks import Deliverer, Refused, resolve
+from jobgate.localnet import free_port
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """What a receiver does (the Standard Webhooks spec, written out here on its own)."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    if abs(time.time() - int(headers["webhook-timestamp"])) > 300:
+        return False
+    return any(
+        hmac.compare_digest(sig.split(",", 1)[1], expected)
+        for sig in headers["webhook-signature"].split()
+    )
+
+
+@dataclass
+class Receiver:
+    """Scripted answers per path (the last one repeats); every request kept."""
+
+    port: int = field(default_factory=free_port)
+    script: dict[str, list[tuple[int, dict[str, str]]]] = field(default_factory=dict)
+    got: dict[str, list[tuple[dict[str, str], bytes]]] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        path = request.path
+        self.got.setdefault(path, []).append(
+            ({k.lower(): v for k, v in request.headers.items()}, body)
+        )
+        answers = self.script.get(path, [(200, {})])
+        status, extra = answers[min(len(self.got[path]) - 1, len(answers) - 1)]
+        return web.Response(status=status, headers=extra, text="ok")
+
+    async def wait(self, path: str, count: int, timeout: float = 30.0) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.got.get(path, [])) >= count:
+                return self.got[path]
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{path}: {len(self.got.get(path, []))} requests, wanted {count}")
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    r = Receiver()
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", r.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", r.port)
+    await site.start()
+    try:
+        yield r
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    s = Stack(pg_url, redis_url, tmp_path)
+    s.settings = GatewaySettings(
+        **s.settings.model_dump()
+        | {
+            "webhook_allow_cidrs": ["127.0.0.0/8"],
+            "webhook_retry_scale": 0.001,
+            "webhook_poll_s": 0.05,
+            "webhook_timeout_s": 5.0,
+        }
+    )
+    await s.bootstrap()
+    await s.start_gateway()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _cancelled(stack: Stack, **extra: Any) -> dict[str, Any]:
+    """A session ended at once (cancelled while pending: no worker needed)."""
+    session = await stack.submit(command=["true"], **extra)
+    async with stack.client() as api:
+        assert (await api.delete(f"/v1/sessions/{session['id']}")).status_code == 202
+    return session
+
+
+async def test_deliveries_are_signed_retried_and_honour_the_receiver(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    stack = hooks_stack
+    receiver.script = {
+        "/flaky": [(500, {}), (503, {"Retry-After": "1"}), (204, {})],
+        "/gone": [(410, {})],
+        "/moved": [(302, {"Location": "http://10.0.0.1/inside"}), (200, {})],
+    }
+    async with stack.client() as api:
+        made = {}
+        for path in ("/ok", "/flaky", "/gone", "/moved"):
+            r = await api.post(
+                "/v1/webhooks",
+                json={
+                    "url": receiver.base + path,
+                    "events": ["session.cancelled", "session.failed"],
+                },
+            )
+            assert r.status_code == 201, r.text
+            made[path] = r.json()
+            assert made[path]["secret"].startswith("whsec_")
+        other = await api.post(
+            "/v1/webhooks", json={"url": receiver.base + "/never", "events": ["session.succeeded"]}
+        )
+        assert other.status_code == 201
+
+    session = await _cancelled(stack, name="announced")
+    ok = await receiver.wait("/ok", 1)
+    headers, body = ok[0]
+    assert verify(made["/ok"]["secret"], headers, body)
+    assert not verify(made["/flaky"]["secret"], headers, body)  # each hook its own secret
+    payload = json.loads(body)
+    assert payload["type"] == "session.cancelled"
+    datetime.fromisoformat(payload["timestamp"])
+    assert payload["data"]["session_id"] == session["id"]
+    assert payload["data"]["name"] == "announced"
+    assert payload["data"]["status"] == "CANCELLED"
+    assert payload["data"]["owner"] == "admin"
+    assert headers["content-type"] == "application/json"
+
+    flaky = await receiver.wait("/flaky", 3)
+    ids = {h["webhook-id"] for h, _ in flaky}
+    assert ids == {headers["webhook-id"]}  # one event, one id, on every attempt
+    assert all(verify(made["/flaky"]["secret"], h, b) for h, b in flaky)
+    assert {b for _, b in flaky} == {body}
+    await receiver.wait("/gone", 1)
+    await receiver.wait("/moved", 2)
+    assert "/inside" not in receiver.got
+    assert "/never" not in receiver.got
+
+    async with stack.client() as api:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            d = (await api.get(f"/v1/webhooks/{made['/flaky']['id']}/deliveries")).json()
+            if d and d[0]["status"] == "succeeded":
+                break
+            await asyncio.sleep(0.05)
+        (delivery,) = d
+        assert [a["status_code"] for a in delivery["log"]] == [500, 503, 204]
+        assert delivery["event_id"] == headers["webhook-id"]
+        after_503 = datetime.fromisoformat(delivery["log"][2]["at"]) - datetime.fromisoformat(
+            delivery["log"][1]["at"]
+        )
+        assert after_503.total_seconds() >= 1.0  # Retry-After: 1 beat the 0.3 s schedule
+        moved = (await api.get(f"/v1/webhooks/{made['/moved']['id']}/deliveries")).json()
+        assert [a["status_code"] for a in moved[0]["log"]][:2] == [302, 200]
+        assert "not followed" in moved[0]["log"][0]["error"]
+        gone = (await api.get(f"/v1/webhooks/{made['/gone']['id']}")).json()
+        assert "410" in (gone["disabled_reason"] or "")
+        gone_d = (await api.get(f"/v1/webhooks/{made['/gone']['id']}/deliveries")).json()
+        assert [(x["status"], x["last_status_code"]) for x in gone_d] == [("failed", 410)]
+        r = await api.post(f"/v1/webhooks/deliveries/{gone_d[0]['id']}/redeliver")
+        assert r.status_code == 409  # a disabled hook gets nothing, even by hand
+
+        # redeliver: again, with the same webhook-id
+        listed = await api.get(f"/v1/webhooks/{made['/ok']['id']}/deliveries")
+        r = await api.post(f"/v1/webhooks/deliveries/{ok_delivery_id(listed)}/redeliver")
+        assert r.status_code == 200, r.text
+        again = await receiver.wait("/ok", 2)
+        assert again[1][0]["webhook-id"] == headers["webhook-id"]
+
+        # rotation: both signatures for a while, each verifies with its own secret
+        rotated = (await api.post(f"/v1/webhooks/{made['/ok']['id']}/rotate")).json()
+        assert rotated["secret"] != made["/ok"]["secret"]
+    second = await _cancelled(stack)
+    got = await receiver.wait("/ok", 3)
+    h3, b3 = got[2]
+    assert json.loads(b3)["data"]["session_id"] == second["id"]
+    assert len(h3["webhook-signature"].split()) == 2
+    assert verify(rotated["secret"], h3, b3)
+    assert verify(made["/ok"]["secret"], h3, b3)
+    assert len(receiver.got["/gone"]) == 1  # disabled: nothing more
+
+
+def ok_delivery_id(response: Any) -> str:
+    items = response.json()
+    assert items, response.text
+    return str(items[-1]["id"])
+
+
+async def test_callback_url_and_a_restart_lose_nothing(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    stack = hooks_stack
+    receiver.script = {"/cb": [(503, {"Retry-After": "2"}), (200, {})]}
+    secret = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789").decode()
+    session = await _cancelled(stack, callback_url=receiver.base + "/cb", callback_secret=secret)
+    first = await receiver.wait("/cb", 1)
+    assert verify(secret, *first[0])
+    # the gateway (and its deliverer) goes away with the retry still to come
+    await stack.stop_gateway()
+    await asyncio.sleep(0.5)
+    assert len(receiver.got["/cb"]) == 1
+    await stack.start_gateway()
+    second = await receiver.wait("/cb", 2)
+    assert second[1][0]["webhook-id"] == first[0][0]["webhook-id"]
+    assert json.loads(second[1][1])["data"]["session_id"] == session["id"]
+    assert json.loads(second[1][1])["type"] == "session.cancelled"
+    async with stack.client() as api:
+        shown = (await api.get(f"/v1/sessions/{session['id']}")).json()
+        assert shown["callback_url"] == receiver.base + "/cb"
+        assert shown["callback_secret"] is None  # never shown again
+
+
+async def test_targets_that_are_not_public_are_refused(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    async with hooks_stack.client() as api:
+        for url in (
+            "http://10.0.0.1/hook",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[::1]:8080/hook",
+            "http://[::ffff:10.0.0.1]/hook",
+            "file:///etc/passwd",
+        ):
+            r = await api.post("/v1/webhooks", json={"url": url, "events": ["session.failed"]})
+            assert r.status_code == 422, (url, r.text)
+            assert r.json()["field"] == "url"
+            r = await api.post("/v1/sessions", json={"command": ["true"], "callback_url": url})
+            assert r.status_code == 422, (url, r.text)
+            assert r.json()["field"] == "callback_url"
+        r = await api.post("/v1/webhooks", json={"url": "http://x.example/", "events": ["nope"]})
+        assert r.status_code == 422
+        assert r.json()["field"] == "events"
+    # host names are checked when a delivery resolves them: every address must pass
+    with pytest.raises(Refused, match="loopback"):
+        await resolve(f"http://localhost:{receiver.port}/x", [])
+    with pytest.raises(Refused, match="resolve"):
+        await resolve("http://no-such-host.invalid/x", [])
+    allowed = hooks_stack.settings.webhook_networks
+    local = await resolve(f"http://localhost:{receiver.port}/x", allowed)
+    assert local == ("127.0.0.1", receiver.port)
+
+
+async def test_two_deliverers_share_the_work_and_send_each_delivery_once(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    stack = hooks_stack  # its gateway runs one deliverer; a second one joins here
+    engine = create_engine(stack.settings.effective_database_url)
+    second = Deliverer(create_session_factory(engine), stack.settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(second.run(stop))
+    try:
+        async with stack.client() as api:
+            r = await api.post(
+                "/v1/webhooks",
+                json={"url": receiver.base + "/both", "events": ["session.cancelled"]},
+            )
+            assert r.status_code == 201, r.text
+        sessions = [await _cancelled(stack) for _ in range(12)]
+        got = await receiver.wait("/both", len(sessions))
+        await asyncio.sleep(1.0)  # time enough for a second copy to arrive, were there one
+        ids = [h["webhook-id"] for h, _ in receiver.got["/both"]]
+        assert len(ids) == len(set(ids)) == len(sessions), ids
+        delivered = {json.loads(b)["data"]["session_id"] for _, b in got}
+        assert delivered == {s["id"] for s in sessions}
+    finally:
+        stop.set()
+        await task
+        await second.close()
+        await engine.dispose()
