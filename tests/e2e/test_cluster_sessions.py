@@ -1,0 +1,209 @@
+"""Cluster sessions on real rootless Podman: names, environment, ssh and an MPI allreduce.
+
+One `jobgate up` on Podman (netavark) for the module; each scenario runs once and
+asserts what a user would see (docs/cluster-sessions.md):
+
+* single-node x3 with the MPI image: the cluster environment in main1, sub1/sub2
+  resolve, ``ssh sub1 hostname`` with no prompt, ``mpirun`` across the three containers
+  (an allreduce each rank checks), a second session that cannot reach the first's
+  containers, ``sessions show``/``ls``/``logs --kernel sub1``, networks removed after;
+* bad input: 422 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from cluster_harness import MPI, PodmanService, mpi_image_present
+from up_harness import UpStack
+
+pytestmark = pytest.mark.podman
+
+ALLREDUCE = (
+    "from mpi4py import MPI; c = MPI.COMM_WORLD; r = c.Get_rank(); n = c.Get_size(); "
+    "s = c.allreduce(r + 1); assert s == n * (n + 1) // 2, s; "
+    "print(f'rank {r} of {n} on {MPI.Get_processor_name()}: allreduce {s} ok', flush=True)"
+)
+
+#: every container runs it; subs wait, main1 does the work
+MAIN = f"""
+set -e
+if [ "$JOBGATE_CLUSTER_ROLE" != main ]; then echo "$JOBGATE_CLUSTER_HOST ready"; exec sleep 600; fi
+env | grep -E '^(JOBGATE_CLUSTER_|BACKENDAI_CLUSTER_HOST=|MASTER_|WORLD_SIZE=|RANK=)' | sort
+for h in sub1 sub2; do  # the subs start about when main1 does: wait for their sshd
+  for i in $(seq 100); do ssh -o BatchMode=yes -o ConnectTimeout=2 $h true 2>/dev/null && break; sleep 0.2; done
+done
+for h in sub1 sub2; do echo "resolves $h $(getent hosts $h | wc -l)"; done
+echo "ssh sub1: $(ssh -o BatchMode=yes sub1 hostname)"
+mpirun -np 3 python3 -c "{ALLREDUCE}" | sort
+python3 - <<'EOF'
+import os, socket
+try:
+    socket.create_connection((os.environ["OTHER"], 22), timeout=3)
+    print("other session: reachable")
+except OSError as exc:
+    print("other session: unreachable", type(exc).__name__)
+EOF
+"""
+
+
+@pytest.fixture(scope="module")
+def podman(podman_socket: str) -> Iterator[PodmanService]:
+    if not mpi_image_present(podman_socket):
+        pytest.fail(f"{MPI} is missing: run scripts/build-test-images.sh mpi")
+    service = PodmanService(podman_socket)
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(podman: PodmanService) -> Iterator[UpStack]:
+    tmp = Path(tempfile.mkdtemp(prefix="jobgate-cluster-"))
+    tmp.chmod(0o755)
+    up = UpStack(
+        tmp,
+        runtime="podman",
+        env={
+            "JOBGATE_PODMAN_SOCKET": podman.socket,
+            "JOBGATE_WORKDIR_ROOT": str(tmp / "workdirs"),
+        },
+    )
+    up.start(timeout=180)
+    try:
+        yield up
+    finally:
+        up.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _api(up: UpStack) -> httpx.Client:
+    key = tomllib.loads(up.config.read_text())["api_key"]
+    return httpx.Client(
+        base_url=f"http://127.0.0.1:{up.port}",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+
+
+def _log_line(up: UpStack, session: str, prefix: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in up.cli("logs", session).stdout.splitlines():
+            if line.startswith(prefix):
+                return line
+        time.sleep(0.3)
+    raise AssertionError(f"{session} never printed {prefix!r}: {up.cli('logs', session)}")
+
+
+def _networks(podman: PodmanService) -> set[str]:
+    out = podman.podman("network", "ls", "--format", "json").stdout
+    return {n["name"] for n in json.loads(out or "[]")}
+
+
+def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
+    stack: UpStack, podman: PodmanService
+) -> None:
+    small = ["--cpu", "0.2", "--mem", "128m", "--image", MPI]
+    cluster = ["--cluster-size", "3", "--cluster-mode", "single-node", *small]
+    # a first session, only to be out of reach of the second
+    first = stack.cli(
+        "run",
+        "-d",
+        "--cluster-size",
+        "2",
+        "--cluster-mode",
+        "single-node",
+        *small,
+        "--",
+        "bash",
+        "-c",
+        'echo "ip $(hostname -i)"; exec sleep 600',
+        check=True,
+    ).stdout.strip()
+    other_ip = _log_line(stack, first, "ip ").split()[1]
+    assert f"jobgate-{first}" in _networks(podman)
+
+    run = stack.cli("run", *cluster, "--env", f"OTHER={other_ip}", "--", "bash", "-c", MAIN)
+    assert run.returncode == 0, run.stderr + run.stdout
+    out = run.stdout.splitlines()
+    session = next(line.split()[2] for line in run.stderr.splitlines() if "submitted" in line)
+    for expected in (
+        "JOBGATE_CLUSTER_HOST=main1",
+        "JOBGATE_CLUSTER_HOSTS=main1,sub1,sub2",
+        "JOBGATE_CLUSTER_IDX=1",
+        "JOBGATE_CLUSTER_MODE=single-node",
+        "JOBGATE_CLUSTER_ROLE=main",
+        "JOBGATE_CLUSTER_SIZE=3",
+        "JOBGATE_CLUSTER_REPLICAS=main:1,sub:2",
+        "JOBGATE_CLUSTER_HOSTFILE=/opt/jobgate/cluster/hostfile",
+        "BACKENDAI_CLUSTER_HOST=main1",
+        "MASTER_ADDR=main1",
+        "MASTER_PORT=29500",
+        "WORLD_SIZE=3",
+        "RANK=0",
+        "resolves sub1 1",
+        "resolves sub2 1",
+        "ssh sub1: sub1",
+        "rank 0 of 3 on main1: allreduce 6 ok",
+        "rank 1 of 3 on sub1: allreduce 6 ok",
+        "rank 2 of 3 on sub2: allreduce 6 ok",
+        "other session: unreachable TimeoutError",
+    ):
+        assert expected in out, f"{expected!r} not in:\n{run.stdout}\n{run.stderr}"
+    assert "sub1 ready" in out and "sub2 ready" in out  # every container's output streams
+
+    shown = stack.cli_json("sessions", "show", session)
+    assert shown["status"] == "SUCCEEDED"  # main1 ended: the subs were stopped
+    assert shown["cluster_mode"] == "single-node"
+    assert [k["hostname"] for k in shown["kernels"]] == ["main1", "sub1", "sub2"]
+    assert len({k["node"] for k in shown["kernels"]}) == 1
+    text = stack.cli("sessions", "show", session, check=True).stdout
+    assert "single-node ×3" in text and "sub2" in text
+    assert "single-node ×3" in stack.cli("sessions", "ls", check=True).stdout
+    assert stack.cli("logs", session, "--kernel", "sub1", check=True).stdout == "sub1 ready\n"
+    main_log = stack.cli("logs", session, check=True).stdout
+    assert "sub1 ready" not in main_log and "ssh sub1: sub1" in main_log
+    assert "cluster_key" not in shown and "PRIVATE KEY" not in stack.output()  # never shown
+
+    stack.cli("sessions", "rm", first, check=True)
+    stack.wait_status(first, {"TERMINATED"})
+    deadline = time.monotonic() + 20
+    while {f"jobgate-{first}", f"jobgate-{session}"} & _networks(podman):
+        assert time.monotonic() < deadline, _networks(podman)
+        time.sleep(0.2)
+
+
+def test_bad_cluster_requests_are_422_naming_the_field(stack: UpStack) -> None:
+    with _api(stack) as api:
+        cases = [
+            ({"cluster_mode": "single-node"}, "cluster_mode"),
+            ({"cluster_size": 2}, "cluster_mode"),
+            ({"cluster_size": 2, "cluster_mode": "ring"}, "cluster_mode"),
+            ({"cluster_size": 17, "cluster_mode": "multi-node"}, "cluster_size"),
+            ({"cluster_size": 2, "cluster_mode": "single-node", "stop_when": "never"}, "stop_when"),
+        ]
+        for extra, field in cases:
+            r = api.post("/v1/sessions", json={"command": ["true"], "image": MPI, **extra})
+            assert r.status_code == 422, (extra, r.text)
+            assert field in r.text, (extra, r.text)
+        assert (
+            "limit of 16"
+            in api.post(
+                "/v1/sessions",
+                json={"command": ["true"], "cluster_size": 17, "cluster_mode": "multi-node"},
+            ).text
+        )
+    bad = stack.cli("run", "--cluster-size", "2", "--", "true")
+    assert bad.returncode == 1 and bad.stderr.startswith("error:"), bad.stderr
+    assert "cluster_mode" in bad.stderr
