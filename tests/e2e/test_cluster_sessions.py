@@ -26,6 +26,7 @@ from cluster_harness import MPI, PodmanService, mpi_image_present
 from up_harness import UpStack
 
 pytestmark = pytest.mark.podman
+TIMES = "\N{MULTIPLICATION SIGN}"
 
 ALLREDUCE = (
     "from mpi4py import MPI; c = MPI.COMM_WORLD; r = c.Get_rank(); n = c.Get_size(); "
@@ -39,7 +40,9 @@ set -e
 if [ "$JOBGATE_CLUSTER_ROLE" != main ]; then echo "$JOBGATE_CLUSTER_HOST ready"; exec sleep 600; fi
 env | grep -E '^(JOBGATE_CLUSTER_|BACKENDAI_CLUSTER_HOST=|MASTER_|WORLD_SIZE=|RANK=)' | sort
 for h in sub1 sub2; do  # the subs start about when main1 does: wait for their sshd
-  for i in $(seq 100); do ssh -o BatchMode=yes -o ConnectTimeout=2 $h true 2>/dev/null && break; sleep 0.2; done
+  for i in $(seq 100); do
+    ssh -o BatchMode=yes -o ConnectTimeout=2 $h true 2>/dev/null && break; sleep 0.2
+  done
 done
 for h in sub1 sub2; do echo "resolves $h $(getent hosts $h | wc -l)"; done
 echo "ssh sub1: $(ssh -o BatchMode=yes sub1 hostname)"
@@ -161,7 +164,8 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
         "other session: unreachable TimeoutError",
     ):
         assert expected in out, f"{expected!r} not in:\n{run.stdout}\n{run.stderr}"
-    assert "sub1 ready" in out and "sub2 ready" in out  # every container's output streams
+    assert "sub1 ready" in out  # every container's output streams
+    assert "sub2 ready" in out
 
     shown = stack.cli_json("sessions", "show", session)
     assert shown["status"] == "SUCCEEDED"  # main1 ended: the subs were stopped
@@ -169,12 +173,15 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
     assert [k["hostname"] for k in shown["kernels"]] == ["main1", "sub1", "sub2"]
     assert len({k["node"] for k in shown["kernels"]}) == 1
     text = stack.cli("sessions", "show", session, check=True).stdout
-    assert "single-node ×3" in text and "sub2" in text
-    assert "single-node ×3" in stack.cli("sessions", "ls", check=True).stdout
+    assert f"single-node {TIMES}3" in text
+    assert "sub2" in text
+    assert f"single-node {TIMES}3" in stack.cli("sessions", "ls", check=True).stdout
     assert stack.cli("logs", session, "--kernel", "sub1", check=True).stdout == "sub1 ready\n"
     main_log = stack.cli("logs", session, check=True).stdout
-    assert "sub1 ready" not in main_log and "ssh sub1: sub1" in main_log
-    assert "cluster_key" not in shown and "PRIVATE KEY" not in stack.output()  # never shown
+    assert "sub1 ready" not in main_log
+    assert "ssh sub1: sub1" in main_log
+    assert "cluster_key" not in shown  # the session's ssh seed is never shown
+    assert "PRIVATE KEY" not in stack.output()
 
     stack.cli("sessions", "rm", first, check=True)
     stack.wait_status(first, {"TERMINATED"})
@@ -205,5 +212,6 @@ def test_bad_cluster_requests_are_422_naming_the_field(stack: UpStack) -> None:
             ).text
         )
     bad = stack.cli("run", "--cluster-size", "2", "--", "true")
-    assert bad.returncode == 1 and bad.stderr.startswith("error:"), bad.stderr
+    assert bad.returncode == 1, bad.stderr
+    assert bad.stderr.startswith("error:"), bad.stderr
     assert "cluster_mode" in bad.stderr
