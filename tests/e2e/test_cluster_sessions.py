@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import tomllib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from cluster_harness import MPI, PodmanService, mpi_image_present
+from cluster_harness import MPI, NetnsPair, PodmanService, mpi_image_present
 from up_harness import UpStack
 
 pytestmark = pytest.mark.podman
@@ -215,3 +218,137 @@ def test_bad_cluster_requests_are_422_naming_the_field(stack: UpStack) -> None:
     assert bad.returncode == 1, bad.stderr
     assert bad.stderr.startswith("error:"), bad.stderr
     assert "cluster_mode" in bad.stderr
+
+
+MULTI = f"""
+set -e
+if [ "$JOBGATE_CLUSTER_ROLE" != main ]; then echo "$JOBGATE_CLUSTER_HOST ready"; exec sleep 600; fi
+for i in $(seq 100); do
+  ssh -o BatchMode=yes -o ConnectTimeout=2 sub1 true 2>/dev/null && break; sleep 0.2
+done
+echo "main1 at $(getent hosts main1 | cut -d' ' -f1), sub1 at $(getent hosts sub1 | cut -d' ' -f1)"
+echo "ssh sub1: $(ssh -o BatchMode=yes sub1 hostname)"
+mpirun -np 2 python3 -c "{ALLREDUCE}" | sort
+"""
+
+
+@pytest.fixture(scope="module")
+def netns_nodes(stack: UpStack, podman_socket: str) -> Iterator[list[str]]:
+    """Two worker nodes in group "pair" whose containers live in two network
+    namespaces joined by a veth pair (10.231.0.1 and 10.231.0.2)."""
+    pair = NetnsPair(f"jg{uuid.uuid4().hex[:6]}")
+    services: list[PodmanService] = []
+    workers: list[subprocess.Popen[bytes]] = []
+    redis_url = next(
+        line.split()[-1] for line in stack.output().splitlines() if line.strip().startswith("redis")
+    )
+    token = json.loads((stack.data_dir / "secrets.json").read_text())["node_token"]
+    try:
+        pair.create()
+        ids = []
+        for ns, address in zip(pair.names, pair.addresses, strict=True):
+            service = PodmanService(podman_socket, netns=ns)
+            services.append(service)
+            service.start()
+            node_id = f"{ns}-node"
+            data = stack.tmp / node_id
+            env = stack.environ() | {
+                "JOBGATE_REDIS_URL": redis_url,
+                "JOBGATE_GATEWAY_URL": f"http://127.0.0.1:{stack.port}",
+                "JOBGATE_NODE_TOKEN": token,
+                "JOBGATE_DATA_DIR": str(data),
+                "JOBGATE_NODE_ID": node_id,
+                "JOBGATE_NODE_ADDRESS": address,
+                "JOBGATE_RESOURCE_GROUP": "pair",
+                "JOBGATE_WORKER_RUNTIME": "podman",
+                "JOBGATE_WORKER_CPU": "1",
+                "JOBGATE_WORKER_MEM": "2g",
+                "JOBGATE_PODMAN_SOCKET": service.socket,
+                "JOBGATE_WORKDIR_ROOT": str(stack.tmp / f"{node_id}-workdirs"),
+            }
+            with (stack.tmp / f"{node_id}.log").open("ab") as log:
+                workers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "jobgate", "worker", "run"],
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            ids.append(node_id)
+        deadline = time.monotonic() + 60
+        while not set(ids) <= {n["id"] for n in stack.cli_json("nodes", "ls")}:
+            assert time.monotonic() < deadline, "the netns workers did not register"
+            time.sleep(0.3)
+        yield ids
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        for service in services:
+            service.stop()
+        pair.remove()
+
+
+def test_multi_node_cluster_runs_mpi_across_two_network_namespaces(
+    stack: UpStack, netns_nodes: list[str]
+) -> None:
+    stack.cli(
+        "admin",
+        "groups",
+        "set",
+        "pair",
+        "--config",
+        '{"cluster_modes": ["multi-node"]}',
+        check=True,
+    )
+    refused = stack.cli(
+        "run",
+        "--group",
+        "pair",
+        "--cluster-size",
+        "2",
+        "--cluster-mode",
+        "single-node",
+        "--",
+        "true",
+    )
+    assert refused.returncode == 1
+    assert "cluster_mode" in refused.stderr
+    assert "does not allow single-node" in refused.stderr
+    run = stack.cli(
+        "run",
+        "--group",
+        "pair",
+        "--cluster-size",
+        "2",
+        "--cluster-mode",
+        "multi-node",
+        "--cpu",
+        "1",
+        "--mem",
+        "128m",
+        "--image",
+        MPI,
+        "--",
+        "bash",
+        "-c",
+        MULTI,
+    )
+    assert run.returncode == 0, run.stderr + run.stdout
+    out = run.stdout.splitlines()
+    for expected in (
+        "main1 at 10.231.0.1, sub1 at 10.231.0.2",
+        "ssh sub1: sub1",
+        "rank 0 of 2 on main1: allreduce 3 ok",
+        "rank 1 of 2 on sub1: allreduce 3 ok",
+    ):
+        assert expected in out, f"{expected!r} not in:\n{run.stdout}\n{run.stderr}"
+    session = next(line.split()[2] for line in run.stderr.splitlines() if "submitted" in line)
+    shown = stack.cli_json("sessions", "show", session)
+    assert [k["node"] for k in shown["kernels"]] == netns_nodes
+    assert f"multi-node {TIMES}2" in stack.cli("sessions", "show", session, check=True).stdout
