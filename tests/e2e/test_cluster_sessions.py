@@ -102,14 +102,23 @@ def _api(up: UpStack) -> httpx.Client:
     )
 
 
-def _log_line(up: UpStack, session: str, prefix: str, timeout: float = 60) -> str:
+def _log_line(api: httpx.Client, session: str, prefix: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
+    text = ""
     while time.monotonic() < deadline:
-        for line in up.cli("logs", session).stdout.splitlines():
+        text = api.get(f"/v1/sessions/{session}/logs").text
+        for line in text.splitlines():
             if line.startswith(prefix):
                 return line
-        time.sleep(0.3)
-    raise AssertionError(f"{session} never printed {prefix!r}: {up.cli('logs', session)}")
+        time.sleep(0.2)
+    raise AssertionError(f"{session} never printed {prefix!r}: {text}")
+
+
+def _wait_status(api: httpx.Client, session: str, wanted: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (status := api.get(f"/v1/sessions/{session}").json()["status"]) != wanted:
+        assert time.monotonic() < deadline, f"{session} is {status}, wanted {wanted}"
+        time.sleep(0.2)
 
 
 def _networks(podman: PodmanService) -> set[str]:
@@ -122,22 +131,19 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
 ) -> None:
     small = ["--cpu", "0.2", "--mem", "128m", "--image", MPI]
     cluster = ["--cluster-size", "3", "--cluster-mode", "single-node", *small]
+    api = _api(stack)
     # a first session, only to be out of reach of the second
-    first = stack.cli(
-        "run",
-        "-d",
-        "--cluster-size",
-        "2",
-        "--cluster-mode",
-        "single-node",
-        *small,
-        "--",
-        "bash",
-        "-c",
-        'echo "ip $(hostname -i)"; exec sleep 600',
-        check=True,
-    ).stdout.strip()
-    other_ip = _log_line(stack, first, "ip ").split()[1]
+    first = api.post(
+        "/v1/sessions",
+        json={
+            "cluster_size": 2,
+            "cluster_mode": "single-node",
+            "resources": {"cpu": "0.2", "mem": "128m"},
+            "image": MPI,
+            "command": ["bash", "-c", 'echo "ip $(hostname -i)"; exec sleep 600'],
+        },
+    ).json()["id"]
+    other_ip = _log_line(api, first, "ip ").split()[1]
     assert f"jobgate-{first}" in _networks(podman)
 
     run = stack.cli("run", *cluster, "--env", f"OTHER={other_ip}", "--", "bash", "-c", MAIN)
@@ -170,7 +176,7 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
     assert "sub1 ready" in out  # every container's output streams
     assert "sub2 ready" in out
 
-    shown = stack.cli_json("sessions", "show", session)
+    shown = api.get(f"/v1/sessions/{session}").json()
     assert shown["status"] == "SUCCEEDED"  # main1 ended: the subs were stopped
     assert shown["cluster_mode"] == "single-node"
     assert [k["hostname"] for k in shown["kernels"]] == ["main1", "sub1", "sub2"]
@@ -186,8 +192,9 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
     assert "cluster_key" not in shown  # the session's ssh seed is never shown
     assert "PRIVATE KEY" not in stack.output()
 
-    stack.cli("sessions", "rm", first, check=True)
-    stack.wait_status(first, {"TERMINATED"})
+    api.delete(f"/v1/sessions/{first}").raise_for_status()
+    _wait_status(api, first, "TERMINATED")
+    api.close()
     deadline = time.monotonic() + 20
     while {f"jobgate-{first}", f"jobgate-{session}"} & _networks(podman):
         assert time.monotonic() < deadline, _networks(podman)
@@ -277,9 +284,11 @@ def netns_nodes(stack: UpStack, podman_socket: str) -> Iterator[list[str]]:
                 )
             ids.append(node_id)
         deadline = time.monotonic() + 60
-        while not set(ids) <= {n["id"] for n in stack.cli_json("nodes", "ls")}:
+        api = _api(stack)
+        while not set(ids) <= {n["id"] for n in api.get("/v1/nodes").json()["items"]}:
             assert time.monotonic() < deadline, "the netns workers did not register"
             time.sleep(0.3)
+        api.close()
         yield ids
     finally:
         for worker in workers:
@@ -297,29 +306,21 @@ def netns_nodes(stack: UpStack, podman_socket: str) -> Iterator[list[str]]:
 def test_multi_node_cluster_runs_mpi_across_two_network_namespaces(
     stack: UpStack, netns_nodes: list[str]
 ) -> None:
-    stack.cli(
-        "admin",
-        "groups",
-        "set",
-        "pair",
-        "--config",
-        '{"cluster_modes": ["multi-node"]}',
-        check=True,
-    )
-    refused = stack.cli(
-        "run",
-        "--group",
-        "pair",
-        "--cluster-size",
-        "2",
-        "--cluster-mode",
-        "single-node",
-        "--",
-        "true",
-    )
-    assert refused.returncode == 1
-    assert "cluster_mode" in refused.stderr
-    assert "does not allow single-node" in refused.stderr
+    with _api(stack) as api:
+        group = {"scheduler": {"cluster_modes": ["multi-node"]}}
+        api.patch("/v1/resource-groups/pair", json=group).raise_for_status()
+        refused = api.post(
+            "/v1/sessions",
+            json={
+                "command": ["true"],
+                "resource_group": "pair",
+                "cluster_size": 2,
+                "cluster_mode": "single-node",
+            },
+        )
+    assert refused.status_code == 422
+    assert refused.json()["field"] == "cluster_mode"
+    assert "does not allow single-node" in refused.json()["detail"]
     run = stack.cli(
         "run",
         "--group",
@@ -349,6 +350,7 @@ def test_multi_node_cluster_runs_mpi_across_two_network_namespaces(
     ):
         assert expected in out, f"{expected!r} not in:\n{run.stdout}\n{run.stderr}"
     session = next(line.split()[2] for line in run.stderr.splitlines() if "submitted" in line)
-    shown = stack.cli_json("sessions", "show", session)
+    with _api(stack) as api:
+        shown = api.get(f"/v1/sessions/{session}").json()
     assert [k["node"] for k in shown["kernels"]] == netns_nodes
     assert f"multi-node {TIMES}2" in stack.cli("sessions", "show", session, check=True).stdout
