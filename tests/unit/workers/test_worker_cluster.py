@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
 import pytest
+from sim_agent import sim_agent
 
-from contract.messages import WireCluster, WireClusterMember
-from plugins.runtimes.base import KernelSpec
+from contract.messages import StartKernel, WireCluster, WireClusterMember
+from plugins.runtimes.base import KernelSpec, RuntimeContext, RuntimeFailure
 from plugins.runtimes.podman.settings import PodmanSettings
 from plugins.runtimes.podman.spec import SSHD_PREAMBLE, create_body
+from plugins.runtimes.sim import SimRuntime, SimSettings
 from workers.cluster import cluster_env, cluster_net, ssh_port, write_config
 
 SEED = "11" * 32
@@ -113,3 +116,47 @@ def test_podman_joins_the_sessions_network_or_the_hosts_and_starts_sshd(tmp_path
 
 def _fields(spec: KernelSpec) -> dict[str, object]:
     return {name: getattr(spec, name) for name in spec.__dataclass_fields__}
+
+
+class _NoNetworks(SimRuntime):
+    """A runtime whose networks cannot be made (a Podman without netavark, say)."""
+
+    name = "no-networks"  # type: ignore[misc]
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(SimSettings(), RuntimeContext("n1", tmp_path))
+        self.removed: list[str] = []
+
+    async def create_network(self, name: str) -> None:
+        raise RuntimeFailure(f"cannot make network {name}: netavark is not installed")
+
+    async def remove_network(self, name: str) -> None:
+        self.removed.append(name)
+
+
+async def test_a_failed_network_fails_the_start_with_its_reason_and_leaves_no_network(
+    tmp_path: Path,
+) -> None:
+    agent, recorder = sim_agent(tmp_path)
+    runtime = _NoNetworks(tmp_path)
+    agent.runtime = agent.services.runtime = runtime
+    job = StartKernel(
+        kernel_id="k2",
+        session_id="s1",
+        node_id="n1",
+        session_type="batch",
+        command=["sleep", "600"],
+        cluster=cluster(),
+    )
+    assert agent.spec(job).env["JOBGATE_CLUSTER_HOST"] == "sub2"  # its name, from the cluster
+    agent.start(job)
+    for _ in range(300):
+        if any(e.kind == "start_failed" for e in recorder.events) and runtime.removed:
+            break
+        await asyncio.sleep(0.01)
+    failed = [e for e in recorder.events if e.kind == "start_failed"]
+    assert [e.message for e in failed] == [
+        "cannot make network jobgate-s1: netavark is not installed"
+    ]
+    assert runtime.removed == ["jobgate-s1"]
+    assert agent.kernels == {}
