@@ -218,7 +218,12 @@ class EventHandler:
                     if any(k.ended_at is None for k in ctx.siblings):
                         abandoned.add(session.id)
                 elif session.status == S.RUNNING:
-                    _running(session, kernel, node, outbox)
+                    main = next((k for k in ctx.siblings if k.cluster_idx == 0), kernel)
+                    if main is not kernel:  # a cluster session's apps are main1's
+                        node = nodes.get(main.node_id or "") or await db.get(
+                            Node, main.node_id or ""
+                        )
+                    _running(session, main, node, outbox)
         if abandoned:
             # a cluster session that ended (one kernel failed or was lost): its other
             # kernels would run on, holding their nodes, for a session that is over

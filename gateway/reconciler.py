@@ -132,7 +132,11 @@ class Reconciler:
         result = await db.execute(
             select(Session, Kernel)
             .join(Kernel, Kernel.session_id == Session.id)
-            .where(Session.type == "interactive", Session.status == S.RUNNING)
+            .where(
+                Session.type == "interactive",
+                Session.status == S.RUNNING,
+                Kernel.cluster_idx == 0,  # a cluster session's apps are main1's
+            )
         )
         rows = [(s, k) for s, k in result if s.apps and k.ports and k.node_id in nodes]
         if not rows:
