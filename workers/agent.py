@@ -347,6 +347,8 @@ class NodeAgent:
             self._spawn(run.stop(grace))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(r.done.wait() for r in runs)), grace + 15.0)
+        if self.tasks:  # their clean-up after the exit (a cluster session's network ...)
+            await asyncio.wait(set(self.tasks), timeout=10.0)
 
     def heartbeat(self) -> str:
         info = self.runtime_info
