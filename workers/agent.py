@@ -169,6 +169,20 @@ class NodeAgent:
             self.services.store.delete(state.ref)
             run._release_working_dir()
 
+    async def sweep_networks(self) -> None:
+        """Remove the session networks no container here uses any more (a worker killed
+        while a cluster session ran leaves its network behind)."""
+        if not isinstance(self.runtime, NetworkRuntime):
+            return
+        live = {cluster_network(k.state.session_id) for k in self.kernels.values()}
+        try:
+            for name in await self.runtime.list_networks():
+                if name not in live:
+                    await self.runtime.remove_network(name)
+                    log.info("removed network %s: no container of its session is here", name)
+        except RuntimeFailure as exc:
+            log.warning("sweeping session networks: %s", exc)
+
     async def _watch(self, run: KernelRun) -> None:
         try:
             await run.watch()
@@ -382,6 +396,7 @@ class Agent:
         queue = await self._build_nodes(reporter, logs)
         for node in self.nodes.values():
             await node.recover()
+            await node.sweep_networks()
             reporter.report(await node.describe())
         beat = asyncio.create_task(self._heartbeats(pool))
         worker = self._worker(queue)

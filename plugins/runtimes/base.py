@@ -146,6 +146,10 @@ class NetworkRuntime(Protocol):
         """Remove it (nothing if it is gone)."""
         ...
 
+    async def list_networks(self) -> list[str]:
+        """The networks this node's worker instance made (to sweep after a restart)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class KernelSpec:

@@ -219,6 +219,19 @@ class PodmanAPI:
         except KernelGone:
             return
 
+    def network_names(self, labels: list[str]) -> list[str]:
+        """Names of the networks carrying every label ``key=value``."""
+        rows = (
+            self._request(
+                "GET",
+                "/networks/json",
+                "network list",
+                params={"filters": json.dumps({"label": labels})},
+            ).json()
+            or []
+        )
+        return [str(r.get("name") or r.get("Name")) for r in rows]
+
     def list_node(self, label: str) -> list[dict[str, Any]]:
         """Every container (running or not) carrying the label ``key=value``."""
         rows: list[dict[str, Any]] = (

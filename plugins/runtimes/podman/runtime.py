@@ -287,13 +287,23 @@ class PodmanRuntime:
             "name": name,
             "driver": "bridge",
             "dns_enabled": True,
-            "labels": {LABEL_NODE: self.context.node_id},
+            "labels": self._network_labels(),
             "options": {"isolate": "true"},
         }
         await self._run(self._api.network_create, body)
 
     async def remove_network(self, name: str) -> None:
         await self._run(self._api.network_remove, name)
+
+    async def list_networks(self) -> list[str]:
+        labels = [f"{k}={v}" for k, v in self._network_labels().items()]
+        return await self._run(self._api.network_names, labels)
+
+    def _network_labels(self) -> dict[str, str]:
+        labels = {LABEL_NODE: self.context.node_id}
+        if self.context.instance:
+            labels[LABEL_INSTANCE] = self.context.instance
+        return labels
 
     # -- re-attach --------------------------------------------------------------------
     async def list_kernels(self) -> list[KernelHandle]:

@@ -133,6 +133,9 @@ class _NoNetworks(SimRuntime):
     async def remove_network(self, name: str) -> None:
         self.removed.append(name)
 
+    async def list_networks(self) -> list[str]:
+        return ["jobgate-gone", "jobgate-s1"]
+
 
 async def test_a_failed_network_fails_the_start_with_its_reason_and_leaves_no_network(
     tmp_path: Path,
@@ -160,3 +163,21 @@ async def test_a_failed_network_fails_the_start_with_its_reason_and_leaves_no_ne
     ]
     assert runtime.removed == ["jobgate-s1"]
     assert agent.kernels == {}
+
+
+async def test_a_restarted_worker_sweeps_networks_no_container_uses(tmp_path: Path) -> None:
+    agent, _ = sim_agent(tmp_path)
+    runtime = _NoNetworks(tmp_path)
+    agent.runtime = runtime
+    agent.start(
+        StartKernel(
+            kernel_id="k1",
+            session_id="s1",
+            node_id="n1",
+            session_type="batch",
+            command=["sleep", "600"],
+            env={"JOBGATE_SIM_DURATION": "3600"},
+        )
+    )
+    await agent.sweep_networks()  # s1 still has a container here: its network stays
+    assert runtime.removed == ["jobgate-gone"]
