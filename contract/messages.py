@@ -38,6 +38,8 @@ __all__ = [
     "StartKernel",
     "StopKernel",
     "WireApp",
+    "WireCluster",
+    "WireClusterMember",
     "WireMount",
 ]
 
@@ -60,6 +62,31 @@ class WireApp(_Message):
     protocol: str = "http"
     start: str | None = None
     strip_prefix: bool = False
+
+
+class WireClusterMember(_Message):
+    """One container of a cluster session, as every other container sees it."""
+
+    hostname: str  # main1, sub1, ...
+    kernel_id: str
+    node_id: str
+    #: the node's address (multi-node: the containers use the node's network)
+    address: str = ""
+
+
+class WireCluster(_Message):
+    """What a container of a cluster session needs to find and reach the others.
+
+    ``ssh_seed`` is the 32-byte seed (hex) of the session's ssh key pair, made by the
+    gateway; the worker derives the keys from it into the containers. It travels only
+    here (the node's own Redis queue, like the session's env) and is never logged.
+    """
+
+    mode: Literal["single-node", "multi-node"]
+    index: int = Field(ge=0)
+    members: list[WireClusterMember]
+    ssh_seed: str = Field(default="", repr=False)
+    master_port: int = 29500
 
 
 class StartKernel(_Message):
@@ -86,6 +113,8 @@ class StartKernel(_Message):
     #: which placement of this kernel this is (1, 2, ... after a node was lost); the
     #: worker names the container after it and echoes it in every event (fencing)
     attempt: int = 1
+    #: a cluster session's names, peers and ssh seed (None: a one-container session)
+    cluster: WireCluster | None = None
 
 
 class StopKernel(_Message):

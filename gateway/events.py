@@ -19,6 +19,7 @@ from arq.connections import ArqRedis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.cluster import cluster_hostname
 from contract.messages import EventBatch, KernelEvent, NodeInfo
 from gateway import lifecycle
 from gateway.apps import route_for
@@ -217,11 +218,16 @@ class EventHandler:
                     if any(k.ended_at is None for k in ctx.siblings):
                         abandoned.add(session.id)
                 elif session.status == S.RUNNING:
-                    _running(session, kernel, node, outbox)
+                    main = next((k for k in ctx.siblings if k.cluster_idx == 0), kernel)
+                    if main is not kernel:  # a cluster session's apps are main1's
+                        node = nodes.get(main.node_id or "") or await db.get(
+                            Node, main.node_id or ""
+                        )
+                    _running(session, main, node, outbox)
         if abandoned:
             # a cluster session that ended (one kernel failed or was lost): its other
             # kernels would run on, holding their nodes, for a session that is over
-            reason = "another kernel of its session failed"
+            reason = "its cluster session ended"
             await stop_kernels(db, sorted(abandoned), reason, outbox)
 
     async def _fence(
@@ -369,6 +375,9 @@ def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
     code = event.exit_code if event.exit_code is not None else -1
     ctx.end_kernel(K.EXITED, code)
     if not ctx.all_ended:
+        _cluster_member_exited(ctx, event, code)
+        return
+    if ctx.session.status in TERMINAL:  # a cluster session main1 or a failure ended
         return
     codes = [k.exit_code for k in ctx.siblings if k.exit_code is not None]
     failing = next((c for c in codes if c != 0), 0)
@@ -383,6 +392,28 @@ def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
         ctx.move(S.SUCCEEDED, "exited with code 0")
     else:
         ctx.move(S.FAILED, event.message or f"exited with code {failing}")
+
+
+def _cluster_member_exited(ctx: _Ctx, event: KernelEvent, code: int) -> None:
+    """One container of a cluster session ended while others run (docs/cluster-sessions.md).
+
+    A failing container ends the session, naming it; main1 ending ends a ``main-done``
+    session with main1's exit code. The others are then stopped (see ``abandoned``).
+    """
+    if ctx.session.status in TERMINAL or ctx.session.status == S.TERMINATING:
+        return
+    name = cluster_hostname(ctx.kernel.cluster_idx)
+    ctx.session.exit_code = code
+    if code != 0:
+        ctx.move(S.FAILED, f"{name} exited with code {code}" + _why(event))
+    elif ctx.kernel.cluster_idx == 0 and ctx.session.stop_when != "all-done":
+        ctx.move(S.SUCCEEDED, "main1 exited with code 0")
+    else:
+        ctx.session.exit_code = None
+
+
+def _why(event: KernelEvent) -> str:
+    return f" ({event.message})" if event.message else ""
 
 
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:

@@ -28,6 +28,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import activity_key, route_key
+from contract.messages import WireClusterMember
 from contract.routes import RouteRecord
 from gateway.apps import route_for
 from gateway.config import GatewaySettings
@@ -47,7 +48,7 @@ from gateway.domain.status import (
 )
 from gateway.lifecycle import begin_termination, end_kernel, release, stop_job, stop_kernels
 from gateway.outbox import Outbox
-from gateway.scheduler.applier import start_job
+from gateway.scheduler.applier import cluster_members, start_job
 from gateway.scheduler.snapshot import alive_nodes
 from plugins.scheduling.config import SchedulerConfig
 
@@ -131,7 +132,11 @@ class Reconciler:
         result = await db.execute(
             select(Session, Kernel)
             .join(Kernel, Kernel.session_id == Session.id)
-            .where(Session.type == "interactive", Session.status == S.RUNNING)
+            .where(
+                Session.type == "interactive",
+                Session.status == S.RUNNING,
+                Kernel.cluster_idx == 0,  # a cluster session's apps are main1's
+            )
         )
         rows = [(s, k) for s, k in result if s.apps and k.ports and k.node_id in nodes]
         if not rows:
@@ -174,7 +179,8 @@ class Reconciler:
                 job = stop_job(kernel.id, session.id, node.id, why, attempt=kernel.attempt)
                 outbox.stops.append((node.queue, job))
             elif kernel.status == K.SCHEDULED:
-                outbox.restarts.append((node.queue, start_job(session, kernel)))
+                members = await _members(db, session, nodes)
+                outbox.restarts.append((node.queue, start_job(session, kernel, members)))
         await _touch(db, Kernel, sorted(touched), updated_at=now)
 
     async def _lost_nodes(
@@ -341,3 +347,18 @@ async def _touch(
         .with_for_update(skip_locked=True, key_share=True)
     )
     await db.execute(update(model).where(model.id.in_(free)).values(**values))
+
+
+async def _members(
+    db: AsyncSession, session: Session, nodes: dict[str, Node]
+) -> list[WireClusterMember] | None:
+    """A cluster session's containers, for a start job sent again."""
+    if session.cluster_mode is None or session.cluster_size < 2:
+        return None
+    rows = await db.execute(
+        select(Kernel.id, Kernel.node_id)
+        .where(Kernel.session_id == session.id)
+        .order_by(Kernel.cluster_idx)
+    )
+    addresses = {n.id: n.address for n in nodes.values()}
+    return cluster_members([(k, n or "") for k, n in rows], addresses)

@@ -96,6 +96,7 @@ app.command(
 )(run)
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(endpoints.app, name="endpoints")
+app.command("logs")(sessions.logs)  # `jobgate logs SESSION [--kernel sub1]`
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(apps.apps_app, name="apps")
 app.add_typer(apps.images_app, name="images")

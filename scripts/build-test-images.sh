@@ -23,11 +23,14 @@
 #                                     /invocations echo, /stream SSE, ?delay_ms=N, the replica's
 #                                     name in each answer), `podman build --network none`;
 #                                     label jobgate.service-ports=inference:http:8000
+#   localhost/jobgate-mpi:latest      Debian bookworm + python3, OpenMPI (openmpi-bin,
+#                                     python3-mpi4py), openssh-client/-server, iproute2
+#                                     (mmdebstrap -> `podman import`): cluster sessions' mpirun
 #   registry                          not an image: Debian's docker-registry binary, unpacked
 #                                     (not installed, no service) to $CACHE/bin for the pull test
 #
 # Usage: scripts/build-test-images.sh [busybox] [python] [jupyter] [devbase] [codeserver]
-#                                     [terminal] [httpbench] [registry]          (default: all)
+#                                     [terminal] [httpbench] [mpi] [registry]    (default: all)
 # Environment: JOBGATE_PODMAN_USER (jobgate), JOBGATE_IMAGE_CACHE (/var/cache/jobgate-images),
 # JOBGATE_JUPYTER_PACKAGES ("jupyterlab ipykernel"), JOBGATE_DEBIAN_MIRROR (deb.debian.org),
 # JOBGATE_NPM_REGISTRY (registry.npmjs.org), JOBGATE_CODESERVER_VERSION (4.139.1, needs
@@ -56,6 +59,7 @@ CODESERVER=localhost/jobgate-codeserver:latest
 TERMINAL=localhost/jobgate-terminal:latest
 HTTPBENCH=localhost/jobgate-httpbench:latest
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MPI=localhost/jobgate-mpi:latest
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say() { echo "build-test-images: $*" >&2; }
@@ -512,6 +516,31 @@ EOF
     built "$HTTPBENCH" "$old"
 }
 
+# -- mpi: cluster sessions (docs/cluster-sessions.md) -----------------------------------------
+build_mpi() {
+    wanted "$MPI" || return 0
+    local old=$REPLACED
+    local tar=$CACHE/mpi-rootfs.tar
+    if [[ ! -s $tar ]]; then
+        need_tool mmdebstrap mmdebstrap
+        say "making a Debian bookworm rootfs with OpenMPI and ssh (mmdebstrap, ~60 s)"
+        # shellcheck disable=SC2016  # $1 is the hook's argument (the new root)
+        mmdebstrap --quiet --variant=apt --mode=root \
+            --include=python3,python3-mpi4py,openmpi-bin,openssh-client,openssh-server,tini,ca-certificates,hostname,iproute2,procps \
+            --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* "$1"/etc/ssh/ssh_host_*' \
+            bookworm "$tar.part.tar" "$MIRROR" >/dev/null
+        mv "$tar.part.tar" "$tar"
+    fi
+    # mpirun as the container's root (rootless: the host user) needs the two OMPI_ALLOW
+    # variables; vader's single-copy (CMA) needs ptrace, which containers do not have
+    upodman import -q --change "ENV PATH=$IMAGE_PATH" --change 'ENV LANG=C.UTF-8' \
+        --change 'ENV HOME=/root' --change 'ENV OMPI_ALLOW_RUN_AS_ROOT=1' \
+        --change 'ENV OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1' \
+        --change 'ENV OMPI_MCA_btl_vader_single_copy_mechanism=none' \
+        --change 'CMD ["/bin/bash"]' "$tar" "$MPI" >/dev/null
+    built "$MPI" "$old"
+}
+
 # -- registry (for tests/integration/runtimes/test_podman_runtime.py's pull test) ---------------
 unpack_registry() {
     local bin=$CACHE/bin/docker-registry
@@ -526,7 +555,8 @@ unpack_registry() {
 
 install -d -m 0755 "$CACHE"
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(busybox python jupyter devbase codeserver terminal httpbench registry)
+ALL=(busybox python jupyter devbase codeserver terminal httpbench mpi registry)
+[[ ${#targets[@]} -gt 0 ]] || targets=("${ALL[@]}")
 for target in "${targets[@]}"; do
     case $target in
         busybox) build_busybox ;;
@@ -536,7 +566,8 @@ for target in "${targets[@]}"; do
         codeserver) build_codeserver ;;
         terminal) build_terminal ;;
         httpbench) build_httpbench ;;
+        mpi) build_mpi ;;
         registry) unpack_registry ;;
-        *) die "unknown target $target (busybox python jupyter devbase codeserver terminal httpbench registry)" ;;
+        *) die "unknown target $target (${ALL[*]})" ;;
     esac
 done

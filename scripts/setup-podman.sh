@@ -7,9 +7,10 @@
 #                                           # registries.conf only when it starts)
 #
 # What it does (each step only when needed, so a re-run is cheap):
-#   1. installs podman, runc, uidmap, slirp4netns, fuse-overlayfs, catatonit (Debian);
+#   1. installs podman, runc, uidmap, slirp4netns, fuse-overlayfs, catatonit, and netavark +
+#      aardvark-dns (cluster sessions' private networks with DNS) (Debian);
 #   2. creates the unprivileged user with /etc/subuid and /etc/subgid ranges;
-#   3. writes its containers.conf (runc, cgroupfs, file events, catatonit) and
+#   3. writes its containers.conf (runc, cgroupfs, file events, catatonit, netavark) and
 #      storage.conf (overlay) before its first podman command;
 #   4. makes /dev/net/tun usable (slirp4netns needs it for networking and published ports);
 #   5. on cgroup v1 / hybrid hosts creates /sys/fs/cgroup/{memory,cpu,pids,cpuset}/PARENT
@@ -25,7 +26,7 @@ set -euo pipefail
 USER_NAME=${JOBGATE_PODMAN_USER:-jobgate}
 CGROUP_PARENT=${JOBGATE_PODMAN_CGROUP_PARENT:-jobgate}
 SUBID_COUNT=${JOBGATE_PODMAN_SUBID_COUNT:-65536}
-PACKAGES=(podman runc uidmap slirp4netns fuse-overlayfs catatonit)
+PACKAGES=(podman runc uidmap slirp4netns fuse-overlayfs catatonit netavark aardvark-dns)
 CGROUP_CONTROLLERS=(memory cpu pids cpuset)
 
 say() { echo "setup-podman: $*" >&2; }
@@ -80,9 +81,11 @@ ensure_user() {
 }
 
 # -- 3. podman configuration --------------------------------------------------------------
+CONFIG_CHANGED=0
 write_if_changed() {  # path content: write as the user only when different
     local path=$1 content=$2
     [[ -f $path && $(cat "$path") == "$content" ]] && return
+    CONFIG_CHANGED=1
     local dir=$USER_HOME parts part
     IFS=/ read -ra parts <<<"${path#"$USER_HOME"/}"
     for part in "${parts[@]:0:${#parts[@]}-1}"; do  # every level the user's, not only the last
@@ -112,7 +115,11 @@ log_driver = \"k8s-file\"
 [engine]
 runtime = \"runc\"
 cgroup_manager = \"cgroupfs\"
-events_logger = \"file\""
+events_logger = \"file\"
+
+[network]
+# per-session networks with DNS (cluster sessions' main1/sub1 names): docs/cluster-sessions.md
+network_backend = \"netavark\""
     local graph=$USER_HOME/.local/share/containers/storage
     if [[ -d $graph && ! -d $graph/overlay && -d $graph/vfs ]]; then
         say "warning: $graph already uses vfs (slow); to switch to overlay run"
@@ -207,6 +214,10 @@ healthy() {  # pid: it answers, and no stray instance shares its socket path
 start_service() {
     local pid strays
     if pid=$(service_pid) && healthy "$pid"; then
+        if [[ $RESTART == 0 && $CONFIG_CHANGED == 1 ]]; then
+            say "its configuration changed: restarting the podman service"
+            RESTART=1
+        fi
         if [[ $RESTART == 0 ]]; then
             say "podman service already running (pid $pid)"
             return

@@ -31,6 +31,7 @@ missing=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the console's browser tests
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # verifies the service units
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # multi-node cluster test: netns + veth
 if [ ${#missing[@]} -gt 0 ]; then
     if is_root; then
         say "installing ${missing[*]}"

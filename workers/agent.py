@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from contract import arq as queueing
 from contract.apps import App
+from contract.cluster import cluster_network
 from contract.keys import heartbeat_key, node_queue, sim_host_queue
 from contract.messages import (
     Heartbeat,
@@ -46,8 +47,16 @@ from plugins.accelerators.node import NodeAccelerators, NodeDevices
 from plugins.common import Mount
 from plugins.loader import RUNTIMES, load_one
 from plugins.resources import ResourceSlots
-from plugins.runtimes.base import KernelSpec, Runtime, RuntimeContext, RuntimeInfo
+from plugins.runtimes.base import (
+    KernelSpec,
+    NetworkRuntime,
+    Runtime,
+    RuntimeContext,
+    RuntimeFailure,
+    RuntimeInfo,
+)
 from workers.apps import apps_from_labels, service_port, start_command
+from workers.cluster import cluster_env, cluster_net, remove_config, write_config
 from workers.config import WorkerSettings
 from workers.devices import load_accelerators, registration_fields
 from workers.fingerprint import host_capacity, machine_arch
@@ -93,6 +102,7 @@ class NodeAgent:
         self.kernels: dict[str, KernelRun] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.runtime_info: RuntimeInfo | None = None
+        self.network_locks: dict[str, asyncio.Lock] = {}  # session id -> its network's
         self.stats: list[dict[str, Any]] = []
 
     def _spawn(self, coro: Any) -> None:
@@ -159,11 +169,28 @@ class NodeAgent:
             self.services.store.delete(state.ref)
             run._release_working_dir()
 
+    async def sweep_networks(self) -> None:
+        """Remove the session networks no container here uses any more (a worker killed
+        while a cluster session ran leaves its network behind)."""
+        if not isinstance(self.runtime, NetworkRuntime):
+            return
+        live = {cluster_network(k.state.session_id) for k in self.kernels.values()}
+        try:
+            for name in await self.runtime.list_networks():
+                if name not in live:
+                    await self.runtime.remove_network(name)
+                    log.info("removed network %s: no container of its session is here", name)
+        except RuntimeFailure as exc:
+            log.warning("sweeping session networks: %s", exc)
+
     async def _watch(self, run: KernelRun) -> None:
         try:
             await run.watch()
         finally:
             self.kernels.pop(run.state.ref, None)
+            workdirs = self.services.workdirs
+            if workdirs is not None and (workdirs.root / "cluster" / run.state.ref).exists():
+                await self._cluster_done(run.state.session_id, run.state.ref)
 
     # -- control jobs -----------------------------------------------------------------
     def start(self, job: StartKernel) -> None:
@@ -191,10 +218,16 @@ class NodeAgent:
                 return
             await run.launch(spec, functools.partial(self._refine, job))
         finally:
-            self.kernels.pop(attempt_ref(job.kernel_id, job.attempt), None)
+            ref = attempt_ref(job.kernel_id, job.attempt)
+            self.kernels.pop(ref, None)
+            if job.cluster is not None:
+                await self._cluster_done(job.session_id, ref)
 
     def spec(self, job: StartKernel) -> KernelSpec:
         env = dict(job.env)
+        if job.cluster is not None:
+            for name, value in cluster_env(job.cluster, job.session_id, job.kernel_id).items():
+                env.setdefault(name, value)
         env.setdefault("JOBGATE_SESSION_ID", job.session_id)
         env.setdefault("JOBGATE_KERNEL_ID", job.kernel_id)
         env.setdefault("JOBGATE_ATTEMPT", str(job.attempt))
@@ -213,9 +246,46 @@ class NodeAgent:
         )
 
     async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
-        """After the image is here: the working directory, then the apps."""
+        """After the image is here: the working directory, the apps, the cluster."""
         spec = await self._working_dir(job, spec)
-        return await self._with_apps(job, spec)
+        spec, apps = await self._with_apps(job, spec)
+        return await self._cluster(job, spec), apps
+
+    async def _cluster(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
+        """A cluster session's container: its files, and its session's network first."""
+        cluster = job.cluster
+        if cluster is None or self.runtime.name == "sim":
+            return spec
+        config_dir = None
+        if self.services.workdirs is not None and cluster.ssh_seed:
+            config_dir = self.services.workdirs.root / "cluster" / spec.kernel_id
+            await asyncio.to_thread(write_config, config_dir, cluster, job.session_id)
+        net = cluster_net(cluster, job.session_id, config_dir)
+        if net.network is not None and isinstance(self.runtime, NetworkRuntime):
+            async with self._network_lock(job.session_id):
+                await self.runtime.create_network(net.network)
+        return dataclasses.replace(spec, cluster=net)
+
+    def _network_lock(self, session_id: str) -> asyncio.Lock:
+        lock = self.network_locks.get(session_id)
+        if lock is None:
+            lock = self.network_locks[session_id] = asyncio.Lock()
+        return lock
+
+    async def _cluster_done(self, session_id: str, ref: str) -> None:
+        """After a cluster container is gone: its files; the network after the last one."""
+        if self.services.workdirs is not None:
+            await asyncio.to_thread(remove_config, self.services.workdirs.root / "cluster" / ref)
+        if not isinstance(self.runtime, NetworkRuntime):
+            return
+        if any(k.state.session_id == session_id for k in self.kernels.values()):
+            return  # another container of the session still runs here
+        async with self._network_lock(session_id):
+            try:
+                await self.runtime.remove_network(cluster_network(session_id))
+            except RuntimeFailure as exc:
+                log.warning("removing the network of session %s: %s", session_id, exc)
+        self.network_locks.pop(session_id, None)
 
     async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
         """The kernel's own copy of the session's working tree (sim nodes ignore it)."""
@@ -292,6 +362,8 @@ class NodeAgent:
             self._spawn(run.stop(grace))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(r.done.wait() for r in runs)), grace + 15.0)
+        if self.tasks:  # their clean-up after the exit (a cluster session's network ...)
+            await asyncio.wait(set(self.tasks), timeout=10.0)
 
     def heartbeat(self) -> str:
         info = self.runtime_info
@@ -325,6 +397,7 @@ class Agent:
         queue = await self._build_nodes(reporter, logs)
         for node in self.nodes.values():
             await node.recover()
+            await node.sweep_networks()
             reporter.report(await node.describe())
         beat = asyncio.create_task(self._heartbeats(pool))
         worker = self._worker(queue)

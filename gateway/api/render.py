@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.cluster import cluster_hostname
 from gateway.api.schemas import HistoryItem, KernelPublic, SessionPublic
 from gateway.db.models import Kernel, Session
 from gateway.services.views import SessionDetails, details, details_many
@@ -18,6 +19,7 @@ def _kernel(k: Kernel) -> KernelPublic:
     return KernelPublic(
         id=k.id,
         index=k.cluster_idx,
+        hostname=cluster_hostname(k.cluster_idx),
         status=k.status,
         node=k.node_id,
         slots=dict(k.slots),
@@ -51,6 +53,8 @@ def public(d: SessionDetails) -> SessionPublic:
         resource_group=s.resource_group,
         priority=s.priority,
         cluster_size=s.cluster_size,
+        cluster_mode=s.cluster_mode,
+        stop_when=s.stop_when or "main-done",
         constraints=dict(s.constraints),
         depends_on=d.depends_on,
         starts_at=s.starts_at,

@@ -41,6 +41,7 @@ class HistoryItem(BaseModel):
 class KernelPublic(BaseModel):
     id: str
     index: int
+    hostname: str = "main1"  # main1, sub1, ... (docs/cluster-sessions.md)
     status: str
     node: str | None
     slots: dict[str, str]
@@ -70,6 +71,8 @@ class SessionPublic(BaseModel):
     resource_group: str
     priority: int
     cluster_size: int
+    cluster_mode: str | None = None  # single-node | multi-node
+    stop_when: str = "main-done"
     constraints: dict[str, str]
     depends_on: list[str]
     starts_at: datetime | None

@@ -21,7 +21,8 @@ cores in ``used_cpus``) so the scheduler reads free capacity without scanning ke
 the plan applier and the event consumer change those sums under a row lock.
 
 Lock order, in every transaction that locks more than one row: (an endpoint, then its
-replica) sessions, then kernels, then nodes, each in id order. Two writers then never wait for each other in a circle.
+replica) sessions, then kernels, then nodes, each in id order. Two writers then never
+wait for each other in a circle.
 Rows are locked FOR NO KEY UPDATE (``key_share=True``): no key ever changes, and inserts
 that merely point at a row (history, logs, kernels) do not wait for it.
 """
@@ -265,6 +266,14 @@ class Session(Base):
     #: it mounts host directories (only nodes whose runtime can bind-mount take it)
     mounts_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     cluster_size: Mapped[int] = mapped_column(Integer, default=1)
+    #: single-node | multi-node (None: a one-container session); docs/cluster-sessions.md
+    cluster_mode: Mapped[str | None] = mapped_column(String(16), default=None)
+    #: main-done (the session ends when main1 ends) | all-done
+    stop_when: Mapped[str] = mapped_column(
+        String(16), default="main-done", server_default="main-done"
+    )
+    #: seed (hex) of the session's ssh key pair; travels only in start jobs, never shown
+    cluster_key: Mapped[str | None] = mapped_column(String(64), default=None)
     resource_group: Mapped[str] = mapped_column(String(64), default="default")
     priority: Mapped[int] = mapped_column(Integer, default=50)
     constraints: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from contract.blobs import DIGEST_PATTERN
+from contract.cluster import ClusterMode, StopWhen
 from gateway.domain.validation import ENV_NAME, parse_start, valid_image_reference
 
 __all__ = ["NAME_PATTERN", "Input", "MountSpec", "SessionCreate", "SessionType"]
@@ -62,7 +63,21 @@ class SessionCreate(Input):
     resource_group: str = Field(default="default", pattern=NAME_PATTERN)
     project: str | None = Field(default=None, pattern=NAME_PATTERN)
     priority: int = Field(default=50, ge=0, le=100)
-    cluster_size: int = Field(default=1, ge=1, le=64)
+    cluster_size: int = Field(
+        default=1, ge=1, le=64, description="containers (resources are per container)"
+    )
+    cluster_mode: ClusterMode | None = Field(
+        default=None,
+        validate_default=True,
+        description="single-node: every container on one node, on a private network; "
+        "multi-node: across nodes of the group (docs/cluster-sessions.md). Required with "
+        "cluster_size > 1, refused without",
+    )
+    stop_when: StopWhen = Field(
+        default="main-done",
+        description="a cluster session ends when main1 ends (main-done) or when every "
+        "container has ended (all-done)",
+    )
     constraints: dict[str, str] = Field(default_factory=dict, description="node labels to match")
     depends_on: list[str] = Field(default_factory=list, max_length=256)
     starts_at: datetime | timedelta | None = Field(
@@ -88,6 +103,18 @@ class SessionCreate(Input):
         description="whsec_... secret the callback is signed with (default: a new one, "
         "in the create answer)",
     )
+
+    @field_validator("cluster_mode")
+    @classmethod
+    def _mode_goes_with_size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        size = info.data.get("cluster_size")
+        if size is None:  # cluster_size itself is invalid: that error says enough
+            return value
+        if value is not None and size < 2:
+            raise ValueError("a cluster mode needs cluster_size of 2 or more")
+        if value is None and size > 1:
+            raise ValueError(f"cluster_size {size} needs a cluster_mode: single-node or multi-node")
+        return value
 
     @field_validator("image")
     @classmethod

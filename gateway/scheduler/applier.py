@@ -22,7 +22,8 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.messages import StartKernel, WireApp, WireMount
+from contract.cluster import cluster_hostname
+from contract.messages import StartKernel, WireApp, WireCluster, WireClusterMember, WireMount
 from gateway.db.clock import db_now
 from gateway.db.models import Kernel, Node, Session, StatusHistory, WebhookEvent
 from gateway.db.transitions import bulk_transition, session_ended_events
@@ -32,7 +33,7 @@ from gateway.scheduler.allocation import NodeLedger
 from plugins.scheduling.reasons import DID_NOT_FIT
 from plugins.scheduling.types import KernelPlacement, Placement, Plan
 
-__all__ = ["Applied", "apply_plan", "start_job"]
+__all__ = ["Applied", "apply_plan", "cluster_members", "start_job"]
 
 S = SessionStatus
 SESSIONS = cast(Table, Session.__table__)
@@ -64,7 +65,7 @@ async def apply_plan(
     kernels = await _kernels(
         db, [p.session_id for p in plan.placements if p.session_id in sessions]
     )
-    ledgers, queues = await _lock_nodes(db, plan)
+    ledgers, queues, addresses = await _lock_nodes(db, plan)
     kernel_updates: list[dict[str, Any]] = []
     for placement in plan.placements:
         session = sessions.get(placement.session_id)
@@ -75,10 +76,17 @@ async def apply_plan(
             out.rejected[session.id] = why
             continue
         attempts = kernels.get(session.id, [])
-        for (kernel_id, attempt), kp in zip(attempts, placement.kernels, strict=True):
+        members = cluster_members(
+            [(k, kp.node_id) for (k, _), kp in zip(attempts, placement.kernels, strict=True)],
+            addresses,
+        )
+        for index, ((kernel_id, attempt), kp) in enumerate(
+            zip(attempts, placement.kernels, strict=True)
+        ):
             update_row = _kernel_columns(kernel_id, kp, now)
             kernel_updates.append(update_row)
-            job = _job(session, kernel_id, kp.node_id, update_row, attempt)
+            cluster = _cluster(session, index, members)
+            job = _job(session, kernel_id, kp.node_id, update_row, attempt, cluster)
             outbox.starts.append((queues[kp.node_id], job))
         where = ", ".join(sorted({kp.node_id for kp in placement.kernels}))
         out.placed[session.id] = f"placed on {where}"
@@ -123,6 +131,8 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
             c.mounts,
             c.apps,
             c.lost_node,
+            c.cluster_mode,
+            c.cluster_key,
         )
         .where(c.id.in_(ids), c.status == S.PENDING)
         .order_by(c.id)
@@ -131,24 +141,37 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
     return {row.id: row for row in rows}
 
 
-async def _lock_nodes(db: AsyncSession, plan: Plan) -> tuple[dict[str, NodeLedger], dict[str, str]]:
+async def _lock_nodes(
+    db: AsyncSession, plan: Plan
+) -> tuple[dict[str, NodeLedger], dict[str, str], dict[str, str]]:
+    """Each node's ledger, queue and address."""
     ids = sorted({k.node_id for p in plan.placements for k in p.kernels})
     if not ids:
-        return {}, {}
+        return {}, {}, {}
     c = NODES.c
     rows = await db.execute(
-        select(c.id, c.queue, c.capacity, c.occupied, c.devices, c.device_used, c.used_cpus)
+        select(
+            c.id,
+            c.queue,
+            c.address,
+            c.capacity,
+            c.occupied,
+            c.devices,
+            c.device_used,
+            c.used_cpus,
+        )
         .where(c.id.in_(ids))
         .order_by(c.id)
         .with_for_update(key_share=True)
     )
-    ledgers, queues = {}, {}
+    ledgers, queues, addresses = {}, {}, {}
     for r in rows:
         ledgers[r.id] = NodeLedger.from_columns(
             r.id, r.capacity, r.occupied, r.devices, r.device_used, r.used_cpus
         )
         queues[r.id] = r.queue
-    return ledgers, queues
+        addresses[r.id] = r.address
+    return ledgers, queues, addresses
 
 
 async def _kernels(
@@ -265,8 +288,39 @@ async def _record_reasons(
         )
 
 
+def cluster_members(
+    kernels: Sequence[tuple[str, str]], addresses: dict[str, str]
+) -> list[WireClusterMember]:
+    """``(kernel id, node id)`` in cluster order -> the members every container is told."""
+    return [
+        WireClusterMember(
+            hostname=cluster_hostname(i),
+            kernel_id=kernel_id,
+            node_id=node_id,
+            address=addresses.get(node_id, ""),
+        )
+        for i, (kernel_id, node_id) in enumerate(kernels)
+    ]
+
+
+def _cluster(session: Any, index: int, members: list[WireClusterMember]) -> WireCluster | None:
+    if session.cluster_mode is None or len(members) < 2:
+        return None
+    return WireCluster(
+        mode=session.cluster_mode,
+        index=index,
+        members=members,
+        ssh_seed=session.cluster_key or "",
+    )
+
+
 def _job(
-    session: Any, kernel_id: str, node_id: str, placed: dict[str, Any], attempt: int = 1
+    session: Any,
+    kernel_id: str,
+    node_id: str,
+    placed: dict[str, Any],
+    attempt: int = 1,
+    cluster: WireCluster | None = None,
 ) -> StartKernel:
     return StartKernel(
         kernel_id=kernel_id,
@@ -284,10 +338,15 @@ def _job(
         apps=[WireApp(name=name, **info) for name, info in session.apps.items()],
         cpuset=placed["cpuset"].get("cpus") or None,
         attempt=attempt,
+        cluster=cluster,
     )
 
 
-def start_job(session: Session, kernel: Kernel) -> StartKernel:
-    """The start job for a kernel already placed (the reconciler re-enqueues with it)."""
+def start_job(
+    session: Session, kernel: Kernel, members: list[WireClusterMember] | None = None
+) -> StartKernel:
+    """The start job for a kernel already placed (the reconciler re-enqueues with it);
+    *members*: a cluster session's containers (:func:`cluster_members`)."""
     placed = {"slots": kernel.slots, "devices": kernel.devices, "cpuset": kernel.cpuset}
-    return _job(session, kernel.id, kernel.node_id or "", placed, kernel.attempt)
+    cluster = _cluster(session, kernel.cluster_idx, members or [])
+    return _job(session, kernel.id, kernel.node_id or "", placed, kernel.attempt, cluster)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -48,6 +49,7 @@ from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
 from gateway.queue import request_schedule
 from gateway.scheduler.policy import DEFAULT_SUBJECT
+from gateway.scheduler.snapshot import group_config
 from gateway.services.blobs import BlobStore
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
@@ -134,6 +136,7 @@ class SessionService:
         image = await self._feasible(db, body, resources)
         await self._check_group(db, body.resource_group)
         return resources, image
+
     def check_request(self, body: SessionCreate) -> None:
         """What can be checked of a request without the database (templates use it)."""
         self._check_sizes(body)
@@ -237,7 +240,7 @@ class SessionService:
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
         project_id = await self._project(db, principal, body.project)
-        await self._check_group(db, body.resource_group)
+        await self._check_group(db, body)
         await self._check_pending(db, principal, project_id, body.project)
         starts_at = body.starts_at
         if isinstance(starts_at, timedelta):
@@ -261,6 +264,9 @@ class SessionService:
             limits_requested=CPU in body.resources or MEM in body.resources,
             mounts_requested=bool(body.mounts),
             cluster_size=body.cluster_size,
+            cluster_mode=body.cluster_mode,
+            stop_when=body.stop_when,
+            cluster_key=secrets.token_hex(32) if body.cluster_mode else None,
             resource_group=body.resource_group,
             priority=body.priority,
             constraints=dict(body.constraints),
@@ -432,11 +438,28 @@ class SessionService:
         row = await db.get(Image, image)
         return dict(row.apps) if row is not None else {}
 
-    async def _check_group(self, db: AsyncSession, group: str) -> None:
-        if group == "default":
-            return
-        if await db.get(ResourceGroup, group) is None:
+    async def _check_group(self, db: AsyncSession, body: SessionCreate) -> None:
+        """The group exists, and allows the cluster the session asks for."""
+        group = body.resource_group
+        row = await db.get(ResourceGroup, group)
+        if row is None and group != "default":
             raise Invalid(f"no resource group {group!r}", field="resource_group")
+        if body.cluster_size < 2:
+            return
+        config = group_config(row, self.settings)
+        if body.cluster_size > config.max_cluster_size:
+            raise Invalid(
+                f"cluster_size {body.cluster_size} is above resource group {group}'s "
+                f"limit of {config.max_cluster_size}",
+                field="cluster_size",
+            )
+        if body.cluster_mode not in config.cluster_modes:
+            allowed = ", ".join(config.cluster_modes) or "none"
+            raise Invalid(
+                f"resource group {group} does not allow {body.cluster_mode} clusters "
+                f"(allowed: {allowed})",
+                field="cluster_mode",
+            )
 
     async def _dependencies(
         self, db: AsyncSession, principal: Principal, session_id: str, body: SessionCreate

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, TextIO
@@ -57,6 +58,16 @@ NameOpt = Annotated[
 ]
 
 
+class ClusterModeOpt(StrEnum):
+    single_node = "single-node"
+    multi_node = "multi-node"
+
+
+class StopWhenOpt(StrEnum):
+    main_done = "main-done"
+    all_done = "all-done"
+
+
 def build_request(
     command: list[str],
     *,
@@ -75,6 +86,9 @@ def build_request(
     starts_at: str | None,
     constraints: list[str],
     max_retries: int | None = None,
+    cluster_size: int | None = None,
+    cluster_mode: str | None = None,
+    stop_when: str | None = None,
 ) -> dict[str, Any]:
     slots = parse_pairs(resources, "--resource")
     if cpu is not None:
@@ -95,6 +109,9 @@ def build_request(
         "project": project,
         "starts_at": starts_at,
         "max_retries": max_retries,
+        "cluster_size": cluster_size,
+        "cluster_mode": cluster_mode,
+        "stop_when": stop_when,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     if mounts:
@@ -341,6 +358,25 @@ def run(
             "inside a copy of it; uploaded once per distinct tree.",
         ),
     ] = None,
+    cluster_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Containers of the session (main1, sub1, ...); resources are per container. "
+            "Needs --cluster-mode.",
+        ),
+    ] = None,
+    cluster_mode: Annotated[
+        ClusterModeOpt | None,
+        typer.Option(
+            help="single-node: all on one node, private network; multi-node: across nodes."
+        ),
+    ] = None,
+    stop_when: Annotated[
+        StopWhenOpt | None,
+        typer.Option(help="A cluster session ends when main1 ends (main-done) or all end."),
+    ] = None,
 ) -> None:
     """Run a session and stream its output; exit with its exit code.
 
@@ -372,6 +408,9 @@ def run(
         starts_at=starts_at,
         constraints=constraint,
         max_retries=max_retries,
+        cluster_size=cluster_size,
+        cluster_mode=cluster_mode.value if cluster_mode else None,
+        stop_when=stop_when.value if stop_when else None,
     )
     if working_dir is not None:
         body["working_dir"] = send_working_dir(api, working_dir)

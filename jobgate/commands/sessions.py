@@ -86,12 +86,21 @@ def list_sessions(
             status_text(s["status"]),
             _reason(s, short=True) or "-",
             s["node"] or "-",
+            cluster_text(s),
             "-" if s["exit_code"] is None else str(s["exit_code"]),
             age(s["created_at"]),
         ]
         for s in page["items"]
     ]
-    table(["ID", "NAME", "STATUS", "REASON", "NODE", "EXIT", "CREATED"], rows)
+    table(["ID", "NAME", "STATUS", "REASON", "NODE", "CLUSTER", "EXIT", "CREATED"], rows)
+
+
+def cluster_text(s: dict[str, Any]) -> str:
+    """``single-node \N{MULTIPLICATION SIGN}3`` for a cluster session, ``-`` for one."""
+    if s.get("cluster_size", 1) < 2:
+        return "-"
+    times = "\N{MULTIPLICATION SIGN}"
+    return f"{s.get('cluster_mode') or 'cluster'} {times}{s['cluster_size']}"
 
 
 @app.command("show")
@@ -117,6 +126,7 @@ def show(session: SessionArg, output: OutputOpt = Output.table) -> None:
         ("resources", slots_text(s["resources"])),
         ("group", s["resource_group"]),
         ("priority", s["priority"]),
+        ("cluster", cluster_text(s)),
         ("node", s["node"] or "-"),
         ("created", stamp(s["created_at"])),
         ("started", stamp(s["started_at"])),
@@ -135,7 +145,7 @@ def show(session: SessionArg, output: OutputOpt = Output.table) -> None:
             detail += f" | cpus {','.join(map(str, k['cpuset']))}"
         if k["ports"]:
             detail += " | ports " + ", ".join(f"{n}:{p}" for n, p in k["ports"].items())
-        fields.append((f"kernel {k['index']}", detail))
+        fields.append((k.get("hostname") or f"kernel {k['index']}", detail))
     width = max(len(f) for f, _ in fields)
     for key, value in fields:
         out.print(f"[bold]{key:<{width}}[/]  {value}")
@@ -158,17 +168,27 @@ def logs(
             help="Stream until the session ends; Ctrl-C stops following, never the session.",
         ),
     ] = False,
+    kernel: Annotated[
+        str | None,
+        typer.Option(
+            "--kernel",
+            help="A cluster session's container: main1 (the default), sub1, ... or all.",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Output of a session (its stdout to stdout, its stderr to stderr)."""
     api = client()
     session_id = api.resolve_session(session)
+    wanted = _kernel_ids(api.get(f"/v1/sessions/{session_id}"), kernel)
     if follow:
         code, _ = follow_session(api, session_id, cancel_on_interrupt=False, quiet=True)
         if code == 130:
             raise typer.Exit(code)
         return
     entries = api.get(f"/v1/sessions/{session_id}/logs", params={"format": "json"})["items"]
+    if wanted is not None:
+        entries = [e for e in entries if e.get("kernel") in wanted]
     if output == Output.json:
         print_json(entries)
         return
@@ -176,6 +196,19 @@ def logs(
         stream = sys.stdout if e["stream"] == "stdout" else sys.stderr
         stream.write(e["data"])
     sys.stdout.flush()
+
+
+def _kernel_ids(s: dict[str, Any], name: str | None) -> set[str] | None:
+    """The kernel ids whose output to show (None: every kernel's)."""
+    kernels = s.get("kernels") or []
+    if name == "all" or (name is None and len(kernels) < 2):
+        return None
+    name = name or "main1"
+    found = {k["id"] for k in kernels if k.get("hostname") == name or k["id"] == name}
+    if not found:
+        names = ", ".join(k.get("hostname", "") for k in kernels)
+        raise typer.BadParameter(f"no container {name} in this session ({names})")
+    return found
 
 
 @app.command("rm")

@@ -21,7 +21,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal, Protocol
+from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -30,18 +30,21 @@ from plugins.common import Mount
 from plugins.resources import ResourceSlots
 
 __all__ = [
+    "CLUSTER_CONFIG_TARGET",
     "LABEL_INSTANCE",
     "LABEL_KERNEL",
     "LABEL_NODE",
     "LABEL_SESSION",
     "PORT_NAME_PATTERN",
     "SERVICE_PORTS_LABEL",
+    "ClusterNet",
     "ExitStatus",
     "ImageNotFound",
     "InvalidSpec",
     "KernelHandle",
     "KernelSpec",
     "LogChunk",
+    "NetworkRuntime",
     "ProgressCallback",
     "Runtime",
     "RuntimeContext",
@@ -111,6 +114,44 @@ def format_service_ports(ports: list[ServicePort]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterNet:
+    """How one container of a cluster session joins the others (the worker fills it).
+
+    ``network``: a private network (made with :class:`NetworkRuntime`) the container
+    joins under its ``hostname`` as DNS alias; None: the node's own network (multi-node),
+    the peers reached through ``hosts`` (``/etc/hosts`` entries: name -> address).
+    ``config_dir``: the worker's per-container directory of ssh keys, ssh/sshd
+    configuration and MPI hostfile, mounted at :data:`CLUSTER_CONFIG_TARGET`, its
+    ``ssh`` folder at ``/root/.ssh``; ``sshd`` is started from there before the command.
+    """
+
+    hostname: str
+    network: str | None = None
+    hosts: dict[str, str] = field(default_factory=dict)
+    config_dir: Path | None = None
+
+
+CLUSTER_CONFIG_TARGET: Final = "/opt/jobgate/cluster"
+
+
+@runtime_checkable
+class NetworkRuntime(Protocol):
+    """A runtime that can make private networks with DNS (cluster sessions)."""
+
+    async def create_network(self, name: str) -> None:
+        """Create it (nothing if it exists); RuntimeFailure with the reason if it cannot."""
+        ...
+
+    async def remove_network(self, name: str) -> None:
+        """Remove it (nothing if it is gone)."""
+        ...
+
+    async def list_networks(self) -> list[str]:
+        """The networks this node's worker instance made (to sweep after a restart)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class KernelSpec:
     """Everything needed to run one container of a session; built by the worker."""
 
@@ -130,6 +171,8 @@ class KernelSpec:
     reservation: Reservation = field(default_factory=Reservation)
     cpuset: list[int] | None = None
     pids_limit: int | None = None
+    #: a cluster session's container (docs/cluster-sessions.md); None: a lone container
+    cluster: ClusterNet | None = None
 
     @property
     def labels(self) -> dict[str, str]:

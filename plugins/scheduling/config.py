@@ -104,6 +104,13 @@ class SchedulerConfig(BaseModel):
     #: times a batch session is placed again after its node was lost, when the session
     #: does not say (None: the gateway's ``max_retries``; docs/node-loss.md)
     max_retries: int | None = Field(default=None, ge=0, le=100)
+    #: containers one cluster session may ask for (docs/cluster-sessions.md)
+    max_cluster_size: int = Field(default=16, ge=1, le=64)
+    #: the cluster modes this group allows
+    cluster_modes: tuple[Literal["single-node", "multi-node"], ...] = (
+        "single-node",
+        "multi-node",
+    )
 
     @field_validator("validators", "filters", "scorers", mode="before")
     @classmethod

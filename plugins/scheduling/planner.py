@@ -63,7 +63,11 @@ class _Placer:
         self.failure: tuple[str, bool] | None = None
         self.cursor: int | None = None  # the shape's cursor before searches while holding
 
-    def place(self, exclude: frozenset[str] = frozenset()) -> KernelPlacement | None:
+    def place(
+        self, exclude: frozenset[str] = frozenset(), only: str | None = None
+    ) -> KernelPlacement | None:
+        if only is not None:
+            return self._place_on(only)
         if self.held and self.cursor is None:
             self.cursor = self.shape.cursor
         candidates = self.search.candidates(self.shape, exclude, remember=not self.held)
@@ -77,6 +81,18 @@ class _Placer:
         held = self.search.reserve(node, self.shape, self.request)
         self.held.append(held)
         return held.kernel
+
+    def _place_on(self, node_id: str) -> KernelPlacement | None:
+        node = self.search.on_node(self.shape, node_id)
+        if node is None:
+            return None
+        held = self.search.reserve(node, self.shape, self.request)
+        self.held.append(held)
+        return held.kernel
+
+    def refuse(self, reason: str) -> None:
+        """The gang step's own reason for not placing the session (it can change)."""
+        self.failure = (f"no node fits: {reason}", True)
 
     def undo(self) -> None:
         while self.held:

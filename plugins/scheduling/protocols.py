@@ -111,8 +111,15 @@ class Scorer(Protocol):
 class KernelPlacer(Protocol):
     """What the planner lends the gang step for one session."""
 
-    def place(self, exclude: frozenset[str] = frozenset()) -> KernelPlacement | None:
-        """Place one more container (not on nodes in *exclude*); None if none fits."""
+    def place(
+        self, exclude: frozenset[str] = frozenset(), only: str | None = None
+    ) -> KernelPlacement | None:
+        """Place one more container (not on nodes in *exclude*; only on node *only* when
+        given); None if none fits."""
+        ...
+
+    def refuse(self, reason: str) -> None:
+        """Say why the session waits when the gang step itself gives up."""
         ...
 
     def undo(self) -> None:

@@ -77,6 +77,7 @@ class Search:
         self.sticky = pipeline.scan == "sticky"
         self._eligible: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
         self._pools: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
+        self._by_id: dict[str, NodeView] | None = None
 
     # -- which nodes to look at ---------------------------------------------------------
     def eligible(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
@@ -231,6 +232,26 @@ class Search:
             ):
                 best = j
         return nodes[best]
+
+    def on_node(self, shape: Shape, node_id: str) -> NodeView | None:
+        """*node_id* when it passes the dynamic filters for one more container of *shape*.
+
+        For gang steps that keep a session's containers together: the node already took
+        one container of the same shape, so the static filters passed.
+        """
+        by_id = self._by_id
+        if by_id is None:
+            by_id = self._by_id = {n.id: n for n in self.nodes}
+        node = by_id.get(node_id)
+        if node is None:
+            return None
+        for f in self.dynamic:
+            try:
+                if f.check(node, shape, self.ctx) is not None:
+                    return None
+            except Exception as exc:
+                raise failed("filter", f, exc) from exc
+        return node
 
     def explain(self, shape: Shape, exclude: frozenset[str]) -> tuple[str, bool]:
         """Why no eligible node takes the shape now, and whether one ever could."""

@@ -94,6 +94,9 @@ class SessionRequest:
     resource_group: str = "default"
     priority: int = 50
     cluster_size: int = 1
+    #: "single-node": every container on one node; "multi-node": one node when one fits
+    #: them all, else spread over the group's nodes; None: the gang step's own rule
+    cluster_mode: str | None = None
     project: str | None = None
     constraints: dict[str, str] = field(default_factory=dict)  # node label -> value
     arch: str | None = None

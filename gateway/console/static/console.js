@@ -2,6 +2,11 @@
 // Every write sends the page's CSRF token; the API applies the same rules as for a key.
 "use strict";
 
+/** "single-node ×3" for a cluster session, "—" for one container. */
+function clusterText(s) {
+  return s.cluster_size > 1 ? `${s.cluster_mode || "cluster"} \u00d7${s.cluster_size}` : "—";
+}
+
 const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || "";
 const PAGE = document.body.dataset.page;
 const ADMIN = document.body.dataset.admin === "true";
@@ -164,7 +169,7 @@ function sessionsPage() {
         el("td", {}, box),
         el("td", {}, el("a", { href: `/sessions/${s.id}` }, s.name || s.id.slice(0, 8)),
           f.scope.value === "all" ? el("small", { class: "owner" }, ` ${s.owner}`) : null),
-        el("td", {}, s.type),
+        el("td", {}, s.type, s.cluster_size > 1 ? el("div", { class: "cluster" }, clusterText(s)) : null),
         el("td", { class: "status-cell" }, statusBadge(s.status),
           reason ? el("div", { class: "reason" }, reason) : null),
         el("td", { class: "alloc" }, allocations(s).map((line) => el("div", {}, line))),
@@ -329,6 +334,7 @@ function launchDialog(onLaunched) {
     if (Object.keys(resources).length) body.resources = resources;
     body.resource_group = v.resource_group.value || "default";
     body.cluster_size = Number(v.cluster_size.value || 1);
+    if (body.cluster_size > 1) body.cluster_mode = v.cluster_mode.value || "single-node";
     const mounts = [];
     for (const line of v.mounts.value.split("\n").map((l) => l.trim()).filter(Boolean)) {
       const [source, target, mode] = line.split(":");
@@ -395,7 +401,8 @@ function sessionPage() {
     const rows = [
       ["Type", s.type], ["Owner", s.owner], ["Project", s.project || "—"], ["Image", s.image || "runtime default"],
       ["Command", s.command.map((w) => (/[\s"'$;]/.test(w) ? `'${w.replaceAll("'", "'\\''")}'` : w)).join(" ") || "—"], ["Resources", allocations(s).join(", ") || "—"],
-      ["Resource group", s.resource_group], ["Priority", s.priority], ["Cluster size", s.cluster_size],
+      ["Resource group", s.resource_group], ["Priority", s.priority], ["Cluster", clusterText(s)],
+      ...(s.cluster_size > 1 ? [["Containers", s.kernels.map((k) => `${k.hostname}: ${k.status} on ${k.node || "—"}`).join(", ")]] : []),
       ["Node", s.node || "—"], ["Created", new Date(s.created_at).toLocaleString()],
       ["Started", s.started_at ? new Date(s.started_at).toLocaleString() : "—"],
       ["Ended", s.ended_at ? new Date(s.ended_at).toLocaleString() : "—"],

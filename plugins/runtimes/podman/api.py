@@ -193,6 +193,45 @@ class PodmanAPI:
         except KernelGone:
             return
 
+    # -- networks (cluster sessions) ----------------------------------------------------
+    def network_create(self, body: dict[str, Any]) -> None:
+        """Create a network; one of that name already there is fine."""
+
+        def call() -> Any:
+            return self.client.api.post(
+                "/networks/create",
+                data=json.dumps(body),
+                headers={"content-type": "application/json"},
+            )
+
+        response = self._guard("network create", call)
+        if response.status_code in (200, 201):
+            return
+        message = _message(response)
+        if response.status_code == 409 or "already exists" in message or "already used" in message:
+            return
+        raise RuntimeFailure(f"creating network {body.get('name')} failed: {message}")
+
+    def network_remove(self, name: str) -> None:
+        """Remove a network (its containers are gone); one already gone is fine."""
+        try:
+            self._request("DELETE", f"/networks/{quote(name)}", "network remove")
+        except KernelGone:
+            return
+
+    def network_names(self, labels: list[str]) -> list[str]:
+        """Names of the networks carrying every label ``key=value``."""
+        rows = (
+            self._request(
+                "GET",
+                "/networks/json",
+                "network list",
+                params={"filters": json.dumps({"label": labels})},
+            ).json()
+            or []
+        )
+        return [str(r.get("name") or r.get("Name")) for r in rows]
+
     def list_node(self, label: str) -> list[dict[str, Any]]:
         """Every container (running or not) carrying the label ``key=value``."""
         rows: list[dict[str, Any]] = (

@@ -202,6 +202,10 @@ class PodmanRuntime:
         body = create_body(spec, self.settings, native=native, mem_label=mem_label)
         if spec.working_dir is not None:
             await asyncio.to_thread(_hand_to_podman_user, spec.working_dir, self.settings.socket)
+        if spec.cluster is not None and spec.cluster.config_dir is not None:
+            await asyncio.to_thread(
+                _hand_to_podman_user, spec.cluster.config_dir, self.settings.socket
+            )
         if self.context.instance:
             body["labels"][LABEL_INSTANCE] = self.context.instance
         ref, adopted = await self._create(spec, body)
@@ -268,6 +272,38 @@ class PodmanRuntime:
             await self._run(self._api.kill, ref, signal.SIGKILL)
         with contextlib.suppress(RuntimeFailure):
             await self._run(self._api.remove, ref)
+
+    # -- networks (cluster sessions) ----------------------------------------------------
+    async def create_network(self, name: str) -> None:
+        """A private bridge network with DNS (aardvark-dns), isolated from the others."""
+        info = await self._run(self._api.info)
+        backend = str((info.get("host") or {}).get("networkBackend") or "")
+        if backend and backend != "netavark":
+            raise RuntimeFailure(
+                f"cannot make the session's network: Podman's network backend is {backend}, "
+                "not netavark (scripts/setup-podman.sh configures it)"
+            )
+        body = {
+            "name": name,
+            "driver": "bridge",
+            "dns_enabled": True,
+            "labels": self._network_labels(),
+            "options": {"isolate": "true"},
+        }
+        await self._run(self._api.network_create, body)
+
+    async def remove_network(self, name: str) -> None:
+        await self._run(self._api.network_remove, name)
+
+    async def list_networks(self) -> list[str]:
+        labels = [f"{k}={v}" for k, v in self._network_labels().items()]
+        return await self._run(self._api.network_names, labels)
+
+    def _network_labels(self) -> dict[str, str]:
+        labels = {LABEL_NODE: self.context.node_id}
+        if self.context.instance:
+            labels[LABEL_INSTANCE] = self.context.instance
+        return labels
 
     # -- re-attach --------------------------------------------------------------------
     async def list_kernels(self) -> list[KernelHandle]:

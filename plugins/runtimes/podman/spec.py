@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from plugins.common import Mount
-from plugins.runtimes.base import PORT_NAME_PATTERN, InvalidSpec, KernelSpec, ServicePort
+from plugins.runtimes.base import (
+    CLUSTER_CONFIG_TARGET,
+    PORT_NAME_PATTERN,
+    ClusterNet,
+    InvalidSpec,
+    KernelSpec,
+    ServicePort,
+)
 from plugins.runtimes.base import format_service_ports as format_ports_label
 from plugins.runtimes.base import parse_service_ports as parse_ports_label
 
@@ -119,6 +126,10 @@ def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], st
     its files there; a non-root image user can read them.
     """
     mounts = validate_mounts(spec.mounts, settings.allowed_mount_roots) + spec.reservation.mounts
+    cluster = spec.cluster
+    if cluster is not None and cluster.config_dir is not None:  # the worker's own files
+        mounts.append(Mount(str(cluster.config_dir), CLUSTER_CONFIG_TARGET))
+        mounts.append(Mount(str(cluster.config_dir / "ssh"), "/root/.ssh"))
     workdir = spec.workdir
     if spec.working_dir is not None:
         mounts.append(Mount(str(spec.working_dir), settings.working_dir_target))
@@ -187,4 +198,34 @@ def create_body(
         body["r_limits"] = [{"type": "nofile", "soft": settings.nofile, "hard": settings.nofile}]
     if native is not None and not native.empty:
         body["resource_limits"] = native.podman_resource_limits()
+    return _cluster_body(body, spec)
+
+
+#: before the command of a cluster session's container: start sshd when the image has it
+#: (docs/cluster-sessions.md); the command then runs as it would alone
+SSHD_PREAMBLE: Final = (
+    f"if [ -x /usr/sbin/sshd ] && [ -f {CLUSTER_CONFIG_TARGET}/sshd_config ]; then "
+    "mkdir -p /run/sshd && chmod 0755 /run/sshd && "
+    f"/usr/sbin/sshd -f {CLUSTER_CONFIG_TARGET}/sshd_config "
+    '|| echo "jobgate: sshd did not start" >&2; fi; exec "$@"'
+)
+
+
+def _cluster_body(body: dict[str, Any], spec: KernelSpec) -> dict[str, Any]:
+    """Name, network and sshd of a cluster session's container."""
+    cluster: ClusterNet | None = spec.cluster
+    if cluster is None:
+        return body
+    body["hostname"] = cluster.hostname
+    if cluster.network is not None:  # single-node: the session's own network, name as alias
+        body["netns"] = {"nsmode": "bridge"}
+        body["networks"] = {cluster.network: {"aliases": [cluster.hostname]}}
+    else:  # multi-node: the node's network, peers by /etc/hosts (their nodes' addresses)
+        body["netns"] = {"nsmode": "host"}
+        body["hostadd"] = [f"{name}:{address}" for name, address in sorted(cluster.hosts.items())]
+        body.pop("portmappings", None)  # on the host network the ports are the host's
+    # sshd separates privileges into a chroot (Podman's default set has SYS_CHROOT too)
+    body["cap_add"] = sorted({*body["cap_add"], "SYS_CHROOT"})
+    if spec.command and cluster.config_dir is not None:
+        body["command"] = ["/bin/sh", "-c", SSHD_PREAMBLE, "jobgate-cluster", *spec.command]
     return body

@@ -42,7 +42,10 @@ async def test_a_lost_kernel_ends_its_cluster_session_and_stops_the_other(
     await stack.start_worker("n1")
     await stack.start_worker("n2")
     session = await stack.submit(
-        command=["sleep", "300"], cluster_size=2, resources={"cpu": "0.5", "mem": "64m"}
+        command=["sleep", "300"],
+        cluster_size=2,
+        cluster_mode="multi-node",
+        resources={"cpu": "0.5", "mem": "64m"},
     )
     running = await stack.wait_status(session["id"], {"RUNNING"}, timeout=30)
     first, second = sorted(running["kernels"], key=lambda k: k["id"])
@@ -73,6 +76,7 @@ async def test_a_lost_node_ends_the_cluster_session_and_stops_its_kernel_elsewhe
     session = await stack.submit(
         command=["sleep", "300"],
         cluster_size=2,
+        cluster_mode="multi-node",
         resources={"cpu": "1", "mem": "64m"},
         max_retries=0,
     )

@@ -42,6 +42,7 @@ class Case:
     cpus_taken: str = "0"  # on n1 afterwards
     stops: list[str] = field(default_factory=list)  # kernels that get a stop job
     exit_code: int | None = None
+    stop_when: str = "main-done"
 
 
 CASES = [
@@ -187,13 +188,40 @@ CASES = [
         Case(
             S.RUNNING,
             [K.RUNNING, K.RUNNING],
-            [[ev("exited", 3, exit_code=1, kernel="s1-k1")], [ev("exited", 4, exit_code=0)]],
+            [[ev("exited", 3, exit_code=1, kernel="s1-k1")], [ev("exited", 4, exit_code=143)]],
             S.FAILED,
             [K.EXITED, K.EXITED],
             ["FAILED"],
+            stops=["s1-k0"],
             exit_code=1,
         ),
-        id="cluster-ends-with-its-last-kernel-and-the-failing-code",
+        id="cluster-a-failing-sub-ends-it-naming-the-sub-and-main1-is-stopped",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING, K.RUNNING],
+            [[ev("exited", 3, exit_code=0)], [ev("exited", 4, exit_code=143, kernel="s1-k1")]],
+            S.SUCCEEDED,
+            [K.EXITED, K.EXITED],
+            ["SUCCEEDED"],
+            stops=["s1-k1"],
+            exit_code=0,
+        ),
+        id="cluster-main-done-main1-ending-ends-it-and-stops-the-subs",
+    ),
+    pytest.param(
+        Case(
+            S.RUNNING,
+            [K.RUNNING, K.RUNNING],
+            [[ev("exited", 3, exit_code=0)]],
+            S.RUNNING,
+            [K.EXITED, K.RUNNING],
+            [],
+            cpus_taken="1",
+            stop_when="all-done",
+        ),
+        id="cluster-all-done-runs-on-after-main1",
     ),
     pytest.param(
         Case(
@@ -226,7 +254,9 @@ CASES = [
 async def test_kernel_events(db: SessionFactory, rows: Rows, case: Case) -> None:
     placed = [k for k in case.kernels if k != K.PENDING]
     await rows.node("n1", kernels=len(placed))
-    ids = await rows.session(case.session, [(k, "n1") for k in case.kernels])
+    ids = await rows.session(
+        case.session, [(k, "n1") for k in case.kernels], stop_when=case.stop_when
+    )
     handler = EventHandler(db, NO_REDIS)
     stops: list[str] = []
     for batch in case.batches:
