@@ -134,7 +134,7 @@ class SessionService:
         self.check_request(body)
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
-        await self._check_group(db, body.resource_group)
+        await self._check_group(db, body)
         return resources, image
 
     def check_request(self, body: SessionCreate) -> None:
