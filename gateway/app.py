@@ -27,6 +27,7 @@ from gateway.api import problems
 from gateway.api.routes import (
     apps,
     blobs,
+    folders,
     groups,
     health,
     images,
@@ -46,6 +47,8 @@ from gateway.events import EventHandler
 from gateway.metrics import CONTENT_TYPE, ConsumerMetrics, HttpMetrics, MetricsMiddleware
 from gateway.queue import connect
 from gateway.services.blobs import BlobStore, blob_gc_loop
+from gateway.services.folderfs import FolderFS
+from gateway.services.folders import FolderService
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 from gateway.state import AppState
@@ -67,15 +70,19 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         engine = create_engine(settings.effective_database_url)
         db = create_session_factory(engine)
         pool = await connect(settings.redis_url)
+        folder_service = FolderService(
+            db, FolderFS(settings.effective_folders_root, settings.folders_uid)
+        )
         state = AppState(
             settings=settings,
             engine=engine,
             db=db,
             pool=pool,
             keys=KeyCache(settings.api_key_cache_s),
-            sessions=SessionService(db, pool, settings, blob_store),
+            sessions=SessionService(db, pool, settings, blob_store, folder_service),
             logs=LogService(db, pool, settings.max_log_bytes),
             blobs=blob_store,
+            folders=folder_service,
         )
         app.state.jobgate = state
         consumer = None
@@ -122,13 +129,16 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         groups,
         internal,
         blobs,
+        folders,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES
         app.include_router(module.router, responses=responses)
     console.install(app)  # the web console: /, /sign-in, /sessions/{id}, /nodes, /admin
     app.add_middleware(
-        problems.BodyLimit, limit=MAX_BODY, prefixes=(("/v1/blobs/", settings.max_blob_bytes),)
+        problems.BodyLimit,
+        limit=MAX_BODY,
+        prefixes=(("/v1/blobs/", settings.max_blob_bytes), ("/v1/uploads/", 2**62)),
     )
 
     async def metrics(request: Request) -> Response:

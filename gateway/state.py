@@ -11,6 +11,7 @@ from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.services.blobs import BlobStore
+from gateway.services.folders import FolderService
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 
@@ -27,3 +28,4 @@ class AppState:
     sessions: SessionService
     logs: LogService
     blobs: BlobStore
+    folders: FolderService

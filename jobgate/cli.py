@@ -5,6 +5,7 @@
     jobgate up                          the whole stack on this machine
     jobgate run [OPTIONS] -- CMD...     run a session, stream it, exit with its code
     jobgate sessions ls|show|logs|rm|create
+    jobgate folders create|ls|show|rm|purge|restore|share|unshare|put|get|rm-path|mv
     jobgate nodes ls|show|drain|cordon|uncordon
     jobgate admin users|projects|policies|groups ...
     jobgate apps ls|open SESSION [APP]        jobgate images ls|add|rm
@@ -27,7 +28,7 @@ import typer
 
 from contract.version import VERSION
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, config, db, nodes, serve, service, sessions
+from jobgate.commands import admin, apps, config, db, folders, nodes, serve, service, sessions
 from jobgate.commands.common import close_clients
 from jobgate.commands.run import run
 from jobgate.commands.up import up
@@ -84,6 +85,7 @@ app.command(
 )(run)
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(nodes.app, name="nodes")
+app.add_typer(folders.app, name="folders")
 app.add_typer(apps.apps_app, name="apps")
 app.add_typer(apps.images_app, name="images")
 app.add_typer(admin.app, name="admin")

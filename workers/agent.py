@@ -51,6 +51,7 @@ from workers.apps import apps_from_labels, service_port, start_command
 from workers.config import WorkerSettings
 from workers.devices import load_accelerators, registration_fields
 from workers.fingerprint import host_capacity, machine_arch
+from workers.folders import folder_mounts
 from workers.kernel import KernelRun, NodeServices
 from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
@@ -215,6 +216,11 @@ class NodeAgent:
     async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
         """After the image is here: the working directory, then the apps."""
         spec = await self._working_dir(job, spec)
+        if job.folders and self.runtime.name != "sim":
+            can_mount = self.runtime_info.bind_mounts if self.runtime_info else True
+            root = self.settings.effective_folders_root
+            mounts = folder_mounts(list(job.folders), root, can_mount=can_mount)
+            spec = dataclasses.replace(spec, folders=mounts)
         return await self._with_apps(job, spec)
 
     async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:

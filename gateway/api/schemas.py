@@ -83,6 +83,8 @@ class SessionPublic(BaseModel):
     idle_timeout: int | None
     max_retries: int | None = None  # as asked; None: the resource group's default
     retries: int = 0  # re-runs after lost nodes so far
+    #: data folders every container mounts: {"id", "name", "target", "read_only", "automount"}
+    folders: list[dict[str, Any]] = Field(default_factory=list)
     apps: list[str]
     history: list[HistoryItem] | None = None
     #: interactive sessions: when the proxy last carried traffic, and when idleness ends it

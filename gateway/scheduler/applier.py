@@ -22,7 +22,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.messages import StartKernel, WireApp, WireMount
+from contract.messages import StartKernel, WireApp, WireFolder, WireMount
 from gateway.db.clock import db_now
 from gateway.db.models import Kernel, Node, Session, StatusHistory
 from gateway.db.transitions import bulk_transition
@@ -121,6 +121,7 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
             c.workdir,
             c.working_dir,
             c.mounts,
+            c.folders,
             c.apps,
             c.lost_node,
         )
@@ -278,6 +279,7 @@ def _job(
         working_dir=session.working_dir,
         resources=dict(placed["slots"]),
         mounts=[WireMount(**m) for m in session.mounts.get("items", [])],
+        folders=[WireFolder(**f) for f in (session.folders or {}).get("items", [])],
         devices=placed["devices"],
         apps=[WireApp(name=name, **info) for name, info in session.apps.items()],
         cpuset=placed["cpuset"].get("cpus") or None,
