@@ -138,6 +138,11 @@ class FolderFS:
             for part in parts:
                 try:
                     nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except NotADirectoryError:  # O_DIRECTORY | O_NOFOLLOW on a link says this
+                    info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISLNK(info.st_mode):
+                        raise OSError(errno.ELOOP, "a symbolic link") from None
+                    raise
                 except FileNotFoundError:
                     if not create:
                         raise

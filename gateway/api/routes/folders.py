@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
@@ -123,6 +123,15 @@ class UploadPublic(BaseModel):
     offset: int
 
 
+async def _visible(folder: FolderRef, principal: CurrentUser, state: State) -> None:
+    """404 for a folder the caller cannot see, before the body is even read."""
+    async with state.db() as db:
+        await state.folders.resolve(db, principal, folder)
+
+
+Visible = Depends(_visible)
+
+
 def _public(v: FolderView) -> FolderPublic:
     f = v.folder
     return FolderPublic(
@@ -203,6 +212,7 @@ async def purge_folder(folder: FolderRef, principal: CurrentUser, state: State) 
 @router.put(
     "/v1/folders/{folder}/shares/{user}",
     operation_id="folders-share",
+    dependencies=[Visible],
     response_model=FolderPublic,
 )
 async def share_folder(
@@ -333,6 +343,7 @@ async def remove_path(
 @router.post(
     "/v1/folders/{folder}/move",
     operation_id="folders-move",
+    dependencies=[Visible],
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
@@ -348,6 +359,7 @@ async def move_path(
 @router.post(
     "/v1/folders/{folder}/mkdir",
     operation_id="folders-mkdir",
+    dependencies=[Visible],
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
@@ -384,6 +396,7 @@ def _tus(headers: dict[str, str] | None = None) -> dict[str, str]:
 @router.post(
     "/v1/folders/{folder}/uploads",
     operation_id="folders-upload-create",
+    dependencies=[Visible],
     status_code=status.HTTP_201_CREATED,
     response_model=UploadPublic,
     responses={413: {"description": "over the byte quota (quota, used, requested)"}},
