@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -148,7 +147,8 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
             for method in ("GET", "DELETE"):
                 r = await a.request(method, f"/v1/folders/data/files/{raw}")
                 assert r.status_code in (404, 422), (method, path, r.status_code)
-        assert not (root / "escape").exists() and not (root.parent / "escape").exists()
+        assert not (root / "escape").exists()
+        assert not (root.parent / "escape").exists()
 
         # links a session planted: listed as links, never followed, removable as links
         outside = root.parent / "outside"
@@ -181,11 +181,13 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
 
         # -- permissions: unshared is invisible; ro reads only; owners share -----------
         hidden = await b.get("/v1/folders/data")
-        assert hidden.status_code == 404 and hidden.json()["detail"] == "no folder 'data'"
+        assert hidden.status_code == 404
+        assert hidden.json()["detail"] == "no folder 'data'"
         assert (await b.get(f"/v1/folders/{folder['id']}/files")).status_code == 404
         assert [f["name"] for f in (await b.get("/v1/folders")).json()["items"]] == []
         shared = await a.put("/v1/folders/data/shares/bob", json={"perm": "ro"})
-        assert shared.status_code == 200 and shared.json()["shares"] == {"bob": "ro"}
+        assert shared.status_code == 200
+        assert shared.json()["shares"] == {"bob": "ro"}
         seen = (await b.get("/v1/folders")).json()["items"]
         assert [(f["name"], f["owner"], f["permission"]) for f in seen] == [
             ("data", "user alice", "ro")
@@ -199,7 +201,8 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
         # -- the byte quota: refused before a byte is written, with the numbers --------
         used = len(payload)
         policy = await admin.patch("/v1/policies/user/alice", json={"max_folder_bytes": used + 100})
-        assert policy.status_code == 200 and policy.json()["max_folder_bytes"] == used + 100
+        assert policy.status_code == 200
+        assert policy.json()["max_folder_bytes"] == used + 100
         over = await start_upload(a, "data", "more.bin", 1000)
         assert over.status_code == 413
         body = over.json()
@@ -209,7 +212,8 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
 
         # -- mounts at submit: names to ids, ro shares mount ro, dot-folders everywhere --
         dot = await a.post("/v1/folders", json={"name": ".local"})
-        assert dot.status_code == 201 and dot.json()["automount"] is True
+        assert dot.status_code == 201
+        assert dot.json()["automount"] is True
         later = {"command": ["true"], "starts_at": "+1h"}  # stays PENDING: nothing to run
         mine = await stack.submit(alice, **later, folders=[{"name": "data"}])
         assert [
@@ -238,11 +242,13 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
                 "folders": [{"name": "data"}, {"name": ".local", "target": "/home/work/data"}],
             },
         )
-        assert twice.status_code == 422 and "two folders" in twice.json()["detail"]
+        assert twice.status_code == 422
+        assert "two folders" in twice.json()["detail"]
 
         # -- removal: refused while mounted (naming the sessions), then trash and purge --
         shown = (await a.get("/v1/folders/data")).json()
-        assert shown["size"] == used and shown["shares"] == {"bob": "ro"}
+        assert shown["size"] == used
+        assert shown["shares"] == {"bob": "ro"}
         assert sorted(shown["sessions"]) == sorted([mine["id"], theirs["id"]])
         refused = await a.delete("/v1/folders/data")
         assert refused.status_code == 409
@@ -252,10 +258,12 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
                 assert (await api.delete(f"/v1/sessions/{s['id']}")).status_code == 202
         assert (await a.post("/v1/folders/data/purge")).status_code == 409  # not in the trash
         trashed = await a.delete("/v1/folders/data")
-        assert trashed.status_code == 200 and trashed.json()["trashed_at"]
+        assert trashed.status_code == 200
+        assert trashed.json()["trashed_at"]
         assert (await a.get("/v1/folders/data/files")).status_code == 409
         r = await a.post("/v1/sessions", json={"command": ["true"], "folders": [{"name": "data"}]})
-        assert r.status_code == 422 and "trash" in r.json()["detail"]
+        assert r.status_code == 422
+        assert "trash" in r.json()["detail"]
         assert [
             f["name"]
             for f in (await a.get("/v1/folders", params={"trashed": True})).json()["items"]
