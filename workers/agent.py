@@ -51,7 +51,7 @@ from workers.apps import apps_from_labels, service_port, start_command
 from workers.config import WorkerSettings
 from workers.devices import load_accelerators, registration_fields
 from workers.fingerprint import host_capacity, machine_arch
-from workers.folders import folder_mounts
+from workers.folders import folder_env, folder_mounts
 from workers.kernel import KernelRun, NodeServices
 from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
@@ -220,7 +220,9 @@ class NodeAgent:
             can_mount = self.runtime_info.bind_mounts if self.runtime_info else True
             root = self.settings.effective_folders_root
             mounts = folder_mounts(list(job.folders), root, can_mount=can_mount)
-            spec = dataclasses.replace(spec, folders=mounts)
+            mounted = [f for f in job.folders if any(m.target == f.target for m in mounts)]
+            env = folder_env(mounted) | spec.env  # the session's own settings win
+            spec = dataclasses.replace(spec, folders=mounts, env=env)
         return await self._with_apps(job, spec)
 
     async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:

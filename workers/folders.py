@@ -17,7 +17,11 @@ from contract.messages import WireFolder
 from plugins.common import Mount
 from plugins.runtimes.base import RuntimeFailure
 
-__all__ = ["folder_mounts"]
+__all__ = ["folder_env", "folder_mounts"]
+
+#: where tools look for the per-user state the dot-folders keep (set unless the session
+#: sets them itself): ``pip install --user`` lands in the mounted .local
+_DOT_ENV = {".local": "PYTHONUSERBASE", ".cache": "XDG_CACHE_HOME", ".config": "XDG_CONFIG_HOME"}
 
 
 def folder_mounts(folders: list[WireFolder], root: Path, *, can_mount: bool) -> list[Mount]:
@@ -45,3 +49,8 @@ def folder_mounts(folders: list[WireFolder], root: Path, *, can_mount: bool) -> 
             )
         mounts.append(Mount(str(real), folder.target, folder.read_only))
     return mounts
+
+
+def folder_env(folders: list[WireFolder]) -> dict[str, str]:
+    """Variables pointing tools at the mounted dot-folders (``PYTHONUSERBASE`` ...)."""
+    return {_DOT_ENV[f.name]: f.target for f in folders if f.name in _DOT_ENV}

@@ -19,6 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from jobgate.client import ApiError
 from jobgate.commands.common import OutputOpt, client
 from jobgate.render import Output, age, err, out, print_json, table
 from jobgate.transfer import Advance, download, plan_upload, upload
@@ -252,6 +253,13 @@ def get(
         f"/v1/folders/{_ref(folder)}/files", params={"path": remote, "recursive": True}
     )["items"]
     clean = remote.strip("/")
+    if (
+        len(entries) == 1
+        and entries[0]["path"] == clean
+        and entries[0]["type"] not in ("file", "dir")
+    ):
+        kind = "symbolic link" if entries[0]["type"] == "symlink" else "special file"
+        raise ApiError(422, "Invalid", f"{remote!r} is a {kind}; links are never followed")
     single = len(entries) == 1 and entries[0]["path"] == clean and entries[0]["type"] == "file"
     base = posixpath.basename(clean) or folder
     if single:
