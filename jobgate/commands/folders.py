@@ -217,11 +217,12 @@ def put(
     output: OutputOpt = Output.table,
 ) -> None:
     """Upload files and directories (streamed, resumed after a dropped connection)."""
+    api = client()
+    api.get(f"/v1/folders/{_ref(folder)}")  # an unknown folder before any local work
     remote = ""
     if len(paths) > 1 and not Path(paths[-1]).exists():
         remote = paths.pop()
     items, skipped = plan_upload([Path(p) for p in paths], remote)
-    api = client()
     total = sum(i.size for i in items)
     for link in skipped:
         err.print(f"jobgate: skipped {link} (links and special files are not sent)", markup=False)
