@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -126,7 +127,7 @@ def ls(
         print_json(entries)
         return
     rows = [
-        [e["type"], format_size(e["size"]) if e["type"] == "file" else "-", e["path"]]
+        [e["type"], format_size(e["size"]) if e["type"] == "file" else "-", escape(e["path"])]
         for e in entries
     ]
     table(["TYPE", "SIZE", "PATH"], rows)
