@@ -160,6 +160,11 @@ class FolderService:
         )
         return dict(sorted((name, perm) for name, perm in rows))
 
+    async def _view(self, db: AsyncSession, folder: Folder, perm: str) -> FolderView:
+        names = await self._owner_names(db, [folder])
+        owner = names.get(folder.owner_user_id or folder.owner_project_id or "", "?")
+        return FolderView(folder, owner, perm, await self._shares(db, folder.id))
+
     async def live_sessions(self, db: AsyncSession, folder_id: str) -> list[str]:
         rows = await db.execute(
             select(SessionFolder.session_id)
@@ -280,7 +285,7 @@ class FolderService:
                 raise Conflict(f"folder {folder.name!r} is already in the trash")
             await self._not_mounted(db, folder, "moved to the trash")
             folder.trashed_at = utcnow()
-        return FolderView(folder, "", perm, {})
+            return await self._view(db, folder, perm)
 
     async def restore(self, principal: Principal, ref: str) -> FolderView:
         async with self.db() as db, db.begin():
@@ -289,7 +294,7 @@ class FolderService:
             if folder.trashed_at is None:
                 raise Conflict(f"folder {folder.name!r} is not in the trash")
             folder.trashed_at = None
-        return FolderView(folder, "", perm, {})
+            return await self._view(db, folder, perm)
 
     async def purge(self, principal: Principal, ref: str) -> None:
         async with self.db() as db, db.begin():
@@ -299,6 +304,7 @@ class FolderService:
                 raise Conflict(f"folder {folder.name!r} is not in the trash: `folders rm` it first")
             await self._not_mounted(db, folder, "purged")
             await db.execute(delete(SessionFolder).where(SessionFolder.folder_id == folder.id))
+            await db.execute(delete(FolderShare).where(FolderShare.folder_id == folder.id))
             await db.delete(folder)
             await db.flush()
             await asyncio.to_thread(self.fs.purge, folder.id)
@@ -341,8 +347,7 @@ class FolderService:
             else:
                 row.perm = perm
             await db.flush()
-            shares = await self._shares(db, folder.id)
-        return FolderView(folder, "", held, shares)
+            return await self._view(db, folder, held)
 
     # -- quotas -----------------------------------------------------------------------
     async def _quota(self, db: AsyncSession, folder: Folder) -> tuple[str, int | None, set[str]]:

@@ -27,11 +27,13 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from harness import Stack
 
 EXCLUDED = "positive_data_acceptance,allow_header_conformance"
 
 
+@pytest.mark.timeout(600)  # the run's own limit below; ~55 operations take minutes on 2 cores
 async def test_the_api_survives_schemathesis_with_every_other_check(
     stack: Stack, tmp_path: Path
 ) -> None:

@@ -209,6 +209,18 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
         assert (body["quota"], body["used"], body["requested"]) == (used + 100, used, 1000)
         assert "over its quota" in body["detail"]
         assert (await start_upload(a, "data", "fits.bin", 100)).status_code == 201
+        # over the quota (a session wrote past it): no new writable mount, read-only is fine
+        await admin.patch("/v1/policies/user/alice", json={"max_folder_bytes": used - 1})
+        blocked = await a.post(
+            "/v1/sessions", json={"command": ["true"], "folders": [{"name": "data"}]}
+        )
+        assert blocked.status_code == 429
+        assert "over its quota" in blocked.json()["detail"]
+        reading = await stack.submit(
+            alice, command=["true"], starts_at="+1h", folders=[{"name": "data", "read_only": True}]
+        )
+        assert reading["folders"][0]["read_only"] is True
+        await admin.patch("/v1/policies/user/alice", json={"max_folder_bytes": None})
 
         # -- mounts at submit: names to ids, ro shares mount ro, dot-folders everywhere --
         dot = await a.post("/v1/folders", json={"name": ".local"})
@@ -249,11 +261,12 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
         shown = (await a.get("/v1/folders/data")).json()
         assert shown["size"] == used
         assert shown["shares"] == {"bob": "ro"}
-        assert sorted(shown["sessions"]) == sorted([mine["id"], theirs["id"]])
+        live = sorted([mine["id"], theirs["id"], reading["id"]])
+        assert sorted(shown["sessions"]) == live
         refused = await a.delete("/v1/folders/data")
         assert refused.status_code == 409
-        assert sorted(refused.json()["sessions"]) == sorted([mine["id"], theirs["id"]])
-        for s, key in ((mine, alice), (theirs, bob)):
+        assert sorted(refused.json()["sessions"]) == live
+        for s, key in ((mine, alice), (theirs, bob), (reading, alice)):
             async with stack.client(key) as api:
                 assert (await api.delete(f"/v1/sessions/{s['id']}")).status_code == 202
         assert (await a.post("/v1/folders/data/purge")).status_code == 409  # not in the trash
