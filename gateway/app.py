@@ -48,7 +48,7 @@ from gateway.metrics import CONTENT_TYPE, ConsumerMetrics, HttpMetrics, MetricsM
 from gateway.queue import connect
 from gateway.services.blobs import BlobStore, blob_gc_loop
 from gateway.services.folderfs import FolderFS
-from gateway.services.folders import FolderService
+from gateway.services.folders import FolderService, upload_gc_loop
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 from gateway.state import AppState
@@ -93,17 +93,21 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
                 settings.redis_url, handler, handle_signals=False, metrics=consumer_metrics
             )
             task = asyncio.create_task(consumer.async_run())
-        gc = None
+        gc = uploads_gc = None
         if settings.blob_gc_interval_s:
             gc = asyncio.create_task(
                 blob_gc_loop(blob_store, db, settings.blob_gc_interval_s, settings.blob_gc_grace_s)
             )
+            uploads_gc = asyncio.create_task(
+                upload_gc_loop(folder_service.fs, settings.blob_gc_interval_s)
+            )
         try:
             yield
         finally:
-            if gc is not None:
-                gc.cancel()
-                await asyncio.gather(gc, return_exceptions=True)
+            for loop in (gc, uploads_gc):
+                if loop is not None:
+                    loop.cancel()
+                    await asyncio.gather(loop, return_exceptions=True)
             if task is not None and consumer is not None:
                 await queue.stop(consumer, task)
             await pool.aclose()

@@ -334,6 +334,17 @@ class FolderFS:
         for path in self._upload_files(upload_id):
             path.unlink(missing_ok=True)
 
+    def remove_stale_uploads(self, now: float, idle_s: float) -> int:
+        """Uploads not written to for *idle_s* (their client went away for good)."""
+        removed = 0
+        if not self.uploads.is_dir():
+            return 0
+        for entry in os.scandir(self.uploads):
+            if entry.name.endswith(".part") and now - entry.stat().st_mtime > idle_s:
+                self.cancel_upload(entry.name.removesuffix(".part"))
+                removed += 1
+        return removed
+
     def pending_bytes(self, folder_ids: set[str]) -> int:
         """Bytes announced by uploads in flight into these folders (they count as used)."""
         total = 0

@@ -18,8 +18,10 @@ their projects', then those shared with them (admins: then anyone's).
 from __future__ import annotations
 
 import asyncio
+import logging
 import posixpath
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +48,11 @@ from gateway.domain.status import TERMINAL
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.folderfs import FolderFS
 
-__all__ = ["MOUNT_BASE", "FolderQuotaExceeded", "FolderService", "FolderView"]
+__all__ = ["MOUNT_BASE", "FolderQuotaExceeded", "FolderService", "FolderView", "upload_gc_loop"]
+
+log = logging.getLogger(__name__)
+#: a resumable upload nobody appended to for this long is deleted (its quota freed)
+STALE_UPLOAD_S = 24 * 3600.0
 
 MOUNT_BASE = "/home/work"
 _ID = re.compile(FOLDER_ID_PATTERN)
@@ -493,3 +499,16 @@ class FolderService:
                     quota=limit,
                     used=used,
                 )
+
+
+async def upload_gc_loop(fs: FolderFS, interval_s: float, idle_s: float = STALE_UPLOAD_S) -> None:
+    """Delete abandoned partial uploads every *interval_s* until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            removed = await asyncio.to_thread(fs.remove_stale_uploads, time.time(), idle_s)
+        except OSError:
+            log.exception("cleaning abandoned folder uploads failed; trying again next interval")
+            continue
+        if removed:
+            log.info("deleted %d abandoned folder upload(s)", removed)

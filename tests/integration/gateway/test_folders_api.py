@@ -10,10 +10,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import time
 from urllib.parse import quote
 
 import httpx
 from harness import Stack
+
+from gateway.services.folderfs import FolderFS
+from gateway.services.folders import STALE_UPLOAD_S
 
 TUS = {"Tus-Resumable": "1.0.0"}
 APPEND = {**TUS, "Content-Type": "application/offset+octet-stream"}
@@ -288,6 +292,13 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
         assert not (root / folder["id"]).exists()
         assert (await a.get("/v1/folders/data")).status_code == 404
         assert (await a.post("/v1/folders", json={"name": "data"})).status_code == 201  # free again
+
+        # uploads abandoned for a day are collected (this one and fits.bin, never sent)
+        left = await start_upload(a, "data", "abandoned.bin", 10)
+        assert left.status_code == 201
+        fs = FolderFS(root)
+        assert fs.remove_stale_uploads(time.time() + 2 * STALE_UPLOAD_S, STALE_UPLOAD_S) == 2
+        assert (await a.head(left.headers["location"])).status_code == 404
 
     # a node that cannot bind-mount runs the session without its automount folders
     await stack.start_worker("n1", worker_runtime="process")
