@@ -40,6 +40,7 @@ __all__ = [
     "WireApp",
     "WireCluster",
     "WireClusterMember",
+    "WireFolder",
     "WireMount",
 ]
 
@@ -52,6 +53,19 @@ class WireMount(_Message):
     source: str
     target: str
     read_only: bool = False
+
+
+class WireFolder(_Message):
+    """A data folder every kernel of the session mounts (``contract.folders``): the worker
+    bind-mounts ``FOLDERS_ROOT/<id>`` at *target*."""
+
+    id: str
+    name: str
+    target: str
+    read_only: bool = False
+    #: mounted without being asked for (a dot-folder of the owner); a node whose runtime
+    #: cannot bind-mount skips it instead of failing the start
+    automount: bool = False
 
 
 class WireApp(_Message):
@@ -105,6 +119,8 @@ class StartKernel(_Message):
     working_dir: str | None = None
     resources: dict[str, str] = Field(default_factory=dict)  # ResourceSlots.to_json()
     mounts: list[WireMount] = Field(default_factory=list)
+    #: data folders, the same list for every kernel of the session
+    folders: list[WireFolder] = Field(default_factory=list)
     #: apps from the gateway's image registry (empty: the worker reads the image's label)
     apps: list[WireApp] = Field(default_factory=list)
     #: accelerator slot -> device id -> amount (decimal string)

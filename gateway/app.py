@@ -28,6 +28,7 @@ from gateway.api.routes import (
     apps,
     blobs,
     endpoints,
+    folders,
     groups,
     health,
     images,
@@ -50,6 +51,8 @@ from gateway.events import EventHandler
 from gateway.metrics import CONTENT_TYPE, ConsumerMetrics, HttpMetrics, MetricsMiddleware
 from gateway.queue import connect
 from gateway.services.blobs import BlobStore, blob_gc_loop
+from gateway.services.folderfs import FolderFS
+from gateway.services.folders import FolderService, upload_gc_loop
 from gateway.services.hooks import HookService
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
@@ -75,7 +78,10 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         engine = create_engine(settings.effective_database_url)
         db = create_session_factory(engine)
         pool = await connect(settings.redis_url)
-        sessions_ = SessionService(db, pool, settings, blob_store)
+        folder_service = FolderService(
+            db, FolderFS(settings.effective_folders_root, settings.folders_uid)
+        )
+        sessions_ = SessionService(db, pool, settings, blob_store, folder_service)
         templates_ = TemplateService(db, sessions_)
         state = AppState(
             settings=settings,
@@ -89,6 +95,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             templates=templates_,
             hooks=HookService(db, templates_),
             webhooks=WebhookService(db, settings),
+            folders=folder_service,
         )
         app.state.jobgate = state
         consumer = None
@@ -99,10 +106,13 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
                 settings.redis_url, handler, handle_signals=False, metrics=consumer_metrics
             )
             task = asyncio.create_task(consumer.async_run())
-        gc = None
+        gc = uploads_gc = None
         if settings.blob_gc_interval_s:
             gc = asyncio.create_task(
                 blob_gc_loop(blob_store, db, settings.blob_gc_interval_s, settings.blob_gc_grace_s)
+            )
+            uploads_gc = asyncio.create_task(
+                upload_gc_loop(folder_service.fs, settings.blob_gc_interval_s)
             )
         deliverer = Deliverer(db, settings) if settings.webhook_deliverer else None
         delivering = asyncio.create_task(deliverer.run()) if deliverer is not None else None
@@ -113,9 +123,10 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
                 delivering.cancel()
                 await asyncio.gather(delivering, return_exceptions=True)
                 await deliverer.close()
-            if gc is not None:
-                gc.cancel()
-                await asyncio.gather(gc, return_exceptions=True)
+            for loop in (gc, uploads_gc):
+                if loop is not None:
+                    loop.cancel()
+                    await asyncio.gather(loop, return_exceptions=True)
             if task is not None and consumer is not None:
                 await queue.stop(consumer, task)
             await pool.aclose()
@@ -145,6 +156,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         templates,
         triggers,
         webhooks,
+        folders,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES
@@ -156,6 +168,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         prefixes=(
             ("/v1/blobs/", settings.max_blob_bytes),
             ("/v1/hooks/", settings.max_hook_bytes),
+            ("/v1/uploads/", 2**62),
         ),
     )
 

@@ -81,6 +81,12 @@ class GatewaySettings(BaseSettings):
     #: each gateway process collects unreferenced blobs this often (0: only
     #: `jobgate admin blobs gc`); several gateways doing it at once is harmless
     blob_gc_interval_s: float = 3600.0
+    #: data folders: one directory per folder id (default STORAGE_ROOT/folders); workers
+    #: bind-mount the same path, so every node must see it there (docs/folders.md)
+    folders_root: Path | None = None
+    #: a gateway running as root hands what it writes into folders to this uid (and gid):
+    #: the rootless Podman user, whom a session's root maps to
+    folders_uid: int | None = None
 
     # -- nodes and scheduling ---------------------------------------------------------
     #: refuse nodes that cannot enforce cpu/mem limits for sessions that ask for them
@@ -146,6 +152,10 @@ class GatewaySettings(BaseSettings):
     @property
     def effective_storage_root(self) -> Path:
         return self.storage_root or self.data_dir / "storage"
+
+    @property
+    def effective_folders_root(self) -> Path:
+        return self.folders_root or self.effective_storage_root / "folders"
 
     @cached_property
     def effective_database_url(self) -> str:

@@ -11,6 +11,7 @@ from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.services.blobs import BlobStore
+from gateway.services.folders import FolderService
 from gateway.services.hooks import HookService
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
@@ -33,3 +34,4 @@ class AppState:
     templates: TemplateService
     hooks: HookService
     webhooks: WebhookService
+    folders: FolderService

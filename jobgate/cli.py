@@ -5,6 +5,7 @@
     jobgate up                          the whole stack on this machine
     jobgate run [OPTIONS] -- CMD...     run a session, stream it, exit with its code
     jobgate sessions ls|show|logs|rm|create
+    jobgate folders create|ls|show|rm|purge|restore|share|unshare|put|get|rm-path|mv
     jobgate nodes ls|show|drain|cordon|uncordon
     jobgate admin users|projects|policies|groups ...
     jobgate apps ls|open SESSION [APP]        jobgate images ls|add|rm
@@ -34,6 +35,7 @@ from jobgate.commands import (
     config,
     db,
     endpoints,
+    folders,
     nodes,
     pipelines,
     serve,
@@ -98,6 +100,7 @@ app.add_typer(sessions.app, name="sessions")
 app.add_typer(endpoints.app, name="endpoints")
 app.command("logs")(sessions.logs)  # `jobgate logs SESSION [--kernel sub1]`
 app.add_typer(nodes.app, name="nodes")
+app.add_typer(folders.app, name="folders")
 app.add_typer(apps.apps_app, name="apps")
 app.add_typer(apps.images_app, name="images")
 app.add_typer(admin.app, name="admin")

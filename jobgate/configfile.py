@@ -119,12 +119,14 @@ def _write_project(api: Client, item: Item, now: Item | None) -> str:
 
 
 def _read_policies(api: Client) -> list[Item]:
-    keys = ("scope", "subject", "max_sessions", "max_pending", "max_slots")
-    return [{k: p[k] for k in keys} for p in api.get("/v1/policies")]
+    keys = ("scope", "subject", "max_sessions", "max_pending", "max_slots", "max_folder_bytes")
+    return [{k: p.get(k) for k in keys} for p in api.get("/v1/policies")]
 
 
 def _write_policy(api: Client, item: Item, now: Item | None) -> str:
-    body = {k: item[k] for k in ("max_sessions", "max_pending", "max_slots")}
+    body = {
+        k: item.get(k) for k in ("max_sessions", "max_pending", "max_slots", "max_folder_bytes")
+    }
     api.request("PUT", f"/v1/policies/{item['scope']}/{_path(item['subject'])}", json=body)
     return "created" if now is None else "updated"
 
@@ -136,11 +138,13 @@ SECTIONS: Final = (
     Section("projects", ("name", "members"), _read_projects, _write_project),
     Section(
         "policies",
-        ("scope", "subject", "max_sessions", "max_pending", "max_slots"),
+        ("scope", "subject", "max_sessions", "max_pending", "max_slots", "max_folder_bytes"),
         _read_policies,
         _write_policy,
     ),
 )
+#: fields added after the format's first version: files written before them still load
+OPTIONAL: Final = frozenset({"max_folder_bytes"})
 _HEADER: Final = ("format", "version", "exported_at", "exported_from", "secrets")
 
 
@@ -184,7 +188,7 @@ def check(doc: object) -> dict[str, Any]:
         for n, item in enumerate(items):
             if not isinstance(item, dict):
                 raise ConfigError(f"{section.key}[{n}]: not an object")
-            lacking = [f for f in section.fields if f not in item]
+            lacking = [f for f in section.fields if f not in item and f not in OPTIONAL]
             extra = sorted(set(item) - set(section.fields))
             if lacking or extra:
                 what = f"lacks {', '.join(lacking)}" if lacking else f"unknown {', '.join(extra)}"

@@ -97,6 +97,15 @@ def image_present(socket: str, image: str) -> bool:
         return False
 
 
+def _socket_owner(socket: str) -> int | None:
+    if not socket.startswith("unix://"):
+        return None
+    try:
+        return os.stat(socket.removeprefix("unix://")).st_uid
+    except OSError:
+        return None
+
+
 def find_podman_socket() -> str | None:
     """The first Podman API socket that answers: $JOBGATE_PODMAN_SOCKET, ours, jobgate's."""
     candidates = []
@@ -197,6 +206,7 @@ class Stack:
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)
+        env.update(self._folders(socket))
         if os.environ.get("JOBGATE_MOCK_DEVICES"):
             env.setdefault("JOBGATE_ALLOW_UNENFORCED_FRACTIONS", "true")
             self.say(
@@ -225,6 +235,25 @@ class Stack:
         self._check("proxy")
         self.say(f"  proxy      {proxy}")
         return Profile(url=api, api_key=admin_key, proxy_url=proxy)
+
+    def _folders(self, socket: str | None) -> dict[str, str]:
+        """Where data folders live: DATA_DIR/storage/folders, except for a root stack
+        beside another user's rootless Podman, whose containers must reach (and own)
+        them while the data dir is 0700: then /var/tmp/jobgate-folders-<hash of the
+        data dir>, 0711, each folder handed to that user (docs/folders.md)."""
+        if os.environ.get("JOBGATE_FOLDERS_ROOT"):
+            self.say(f"  folders    {os.environ['JOBGATE_FOLDERS_ROOT']} (JOBGATE_FOLDERS_ROOT)")
+            return {}
+        owner = _socket_owner(socket) if socket else None
+        if os.geteuid() != 0 or owner in (None, 0):
+            self.say(f"  folders    {self.data_dir / 'storage' / 'folders'}")
+            return {}
+        tag = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:12]
+        root = Path("/var/tmp") / f"jobgate-folders-{tag}"
+        root.mkdir(mode=0o711, exist_ok=True)
+        root.chmod(0o711)
+        self.say(f"  folders    {root} (reachable by the Podman user, uid {owner})")
+        return {"JOBGATE_FOLDERS_ROOT": str(root), "JOBGATE_FOLDERS_UID": str(owner)}
 
     def _lock(self) -> None:
         self._lock_file = (self.data_dir / "up.lock").open("w")

@@ -60,6 +60,7 @@ from workers.cluster import cluster_env, cluster_net, remove_config, write_confi
 from workers.config import WorkerSettings
 from workers.devices import load_accelerators, registration_fields
 from workers.fingerprint import host_capacity, machine_arch
+from workers.folders import folder_env, folder_mounts
 from workers.kernel import KernelRun, NodeServices
 from workers.metrics import WorkerMetrics
 from workers.reporter import EventReporter
@@ -246,8 +247,8 @@ class NodeAgent:
         )
 
     async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
-        """After the image is here: the working directory, the apps, the cluster."""
-        spec = await self._working_dir(job, spec)
+        """After the image is here: the working directory, the folders, the apps, the cluster."""
+        spec = self._folders(job, await self._working_dir(job, spec))
         spec, apps = await self._with_apps(job, spec)
         return await self._cluster(job, spec), apps
 
@@ -286,6 +287,17 @@ class NodeAgent:
             except RuntimeFailure as exc:
                 log.warning("removing the network of session %s: %s", session_id, exc)
         self.network_locks.pop(session_id, None)
+
+    def _folders(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
+        """The session's data folders, bind-mounted (every kernel of it gets the same)."""
+        if not job.folders or self.runtime.name == "sim":
+            return spec
+        can_mount = self.runtime_info.bind_mounts if self.runtime_info else True
+        root = self.settings.effective_folders_root
+        mounts = folder_mounts(list(job.folders), root, can_mount=can_mount)
+        mounted = [f for f in job.folders if any(m.target == f.target for m in mounts)]
+        env = folder_env(mounted) | spec.env  # the session's own settings win
+        return dataclasses.replace(spec, folders=mounts, env=env)
 
     async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
         """The kernel's own copy of the session's working tree (sim nodes ignore it)."""

@@ -62,6 +62,9 @@ class WorkerSettings(BaseSettings):
     workdir_root: Path | None = None
     #: the node's cache of working-directory tars is pruned (least recently used) to this
     workdir_cache_bytes: int = Field(default=10 * 1024**3, ge=0)
+    #: data folders (``FOLDERS_ROOT/<id>``): the same shared directory the gateway writes,
+    #: at the same path on every node; default DATA_DIR/storage/folders (docs/folders.md)
+    folders_root: Path | None = None
     #: a sim host: this many simulated nodes in one process (node ids <node_id>-0000 ...)
     sim_nodes: int = 0
 
@@ -86,6 +89,10 @@ class WorkerSettings(BaseSettings):
         return self.model_copy(
             update={"node_id": identity.node_id, "instance_id": identity.instance}
         )
+
+    @property
+    def effective_folders_root(self) -> Path:
+        return self.folders_root or self.data_dir / "storage" / "folders"
 
     @property
     def state_dir(self) -> Path:

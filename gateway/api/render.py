@@ -68,6 +68,7 @@ def public(d: SessionDetails) -> SessionPublic:
         idle_timeout=s.idle_timeout_s,
         max_retries=s.max_retries,
         retries=s.retries or 0,
+        folders=list((s.folders or {}).get("items", [])),
         apps=sorted(s.apps),
         callback_url=s.callback_url,
     )

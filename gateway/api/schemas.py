@@ -86,6 +86,8 @@ class SessionPublic(BaseModel):
     idle_timeout: int | None
     max_retries: int | None = None  # as asked; None: the resource group's default
     retries: int = 0  # re-runs after lost nodes so far
+    #: data folders every container mounts: {"id", "name", "target", "read_only", "automount"}
+    folders: list[dict[str, Any]] = Field(default_factory=list)
     apps: list[str]
     history: list[HistoryItem] | None = None
     #: where its end is announced; the secret that signs it is shown in the create answer only

@@ -9,7 +9,8 @@
       └──< sessions ──< kernels >── nodes          resource_groups ──< nodes
               │   └──< session_status_history
               ├──< session_dependencies
-              └──< session_logs (chunks, by kernel and stream)
+              ├──< session_logs (chunks, by kernel and stream)
+              └──< session_folders >── folders ──< folder_shares >── users
 
     job_templates ──< hook_triggers ──< hook_deliveries        (docs/pipelines.md)
     webhooks ──< webhook_deliveries >── webhook_events (the outbox of events)
@@ -61,6 +62,8 @@ __all__ = [
     "EndpointEvent",
     "EndpointRevision",
     "EndpointToken",
+    "Folder",
+    "FolderShare",
     "HookDelivery",
     "HookTrigger",
     "Image",
@@ -73,6 +76,7 @@ __all__ = [
     "ResourcePolicy",
     "Session",
     "SessionDependency",
+    "SessionFolder",
     "SessionLog",
     "StatusHistory",
     "User",
@@ -173,6 +177,8 @@ class ResourcePolicy(Base):
     max_sessions: Mapped[int | None] = mapped_column(Integer, default=None)
     max_pending: Mapped[int | None] = mapped_column(Integer, default=None)
     max_slots: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    #: bytes the subject's data folders may hold (docs/folders.md)
+    max_folder_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
@@ -260,6 +266,9 @@ class Session(Base):
     #: "sha256:<hex>" of the uploaded working-directory tar (gateway blob store), or None
     working_dir: Mapped[str | None] = mapped_column(String(71), default=None)
     mounts: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"items": [Mount...]}
+    #: data folders, resolved at submit: {"items": [{"id", "name", "target", "read_only",
+    #: "automount"}]} (also in session_folders, for "which sessions use this folder")
+    folders: Mapped[dict[str, Any]] = mapped_column(default=dict)
     resources: Mapped[dict[str, Any]] = mapped_column(default=dict)  # per kernel
     #: the user asked for cpu/mem explicitly (nodes that cannot enforce limits may refuse)
     limits_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -628,3 +637,56 @@ class WebhookDelivery(Base):
     #: {"items": [{"at", "status_code", "error", "ms"}]}, the latest attempts
     log: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# ---- data folders --------------------------------------------------------------------
+class Folder(Base):
+    """A data folder: a directory ``FOLDERS_ROOT/<id>`` owned by a user or a project.
+
+    The name is for people (unique per owner, trash included); the directory is named
+    by the id, so names never reach the file system.
+    """
+
+    __tablename__ = "folders"
+    __table_args__ = (UniqueConstraint("owner_key", "name", name="uq_folders_owner_name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64))
+    #: "user:<id>" or "project:<id>" (one column, so the unique name has no NULLs)
+    owner_key: Mapped[str] = mapped_column(String(48), index=True)
+    owner_user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), default=None
+    )
+    owner_project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), default=None
+    )
+    usage: Mapped[str] = mapped_column(String(16), default="general")  # general|model|data
+    created_by: Mapped[str | None] = mapped_column(String(36), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    trashed_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class FolderShare(Base):
+    __tablename__ = "folder_shares"
+
+    folder_id: Mapped[str] = mapped_column(
+        ForeignKey("folders.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    perm: Mapped[str] = mapped_column(String(2))  # ro | rw | wd
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionFolder(Base):
+    """A folder a session mounts (a live one keeps the folder out of the trash)."""
+
+    __tablename__ = "session_folders"
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    folder_id: Mapped[str] = mapped_column(
+        ForeignKey("folders.id", ondelete="CASCADE"), primary_key=True, index=True
+    )

@@ -14,9 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from contract.blobs import DIGEST_PATTERN
 from contract.cluster import ClusterMode, StopWhen
+from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN
 from gateway.domain.validation import ENV_NAME, parse_start, valid_image_reference
 
-__all__ = ["NAME_PATTERN", "Input", "MountSpec", "SessionCreate", "SessionType"]
+__all__ = ["NAME_PATTERN", "FolderMount", "Input", "MountSpec", "SessionCreate", "SessionType"]
 
 SessionType = Literal["batch", "interactive"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -37,6 +38,30 @@ class MountSpec(Input):
         if not value.startswith("/") or "\x00" in value or ".." in value.split("/"):
             raise ValueError("must be an absolute path without '..'")
         return value
+
+
+class FolderMount(Input):
+    """A data folder to mount in every container of the session."""
+
+    name: str = Field(
+        description="the folder's name (yours first, then your projects', then shared) or id",
+        pattern=f"({FOLDER_NAME_PATTERN})|({FOLDER_ID_PATTERN})",
+    )
+    target: str | None = Field(
+        default=None, max_length=1024, description="absolute path; default /home/work/NAME"
+    )
+    read_only: bool = False
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith("/") or "\x00" in value or ".." in value.split("/"):
+            raise ValueError("must be an absolute path without '..'")
+        if value.rstrip("/") == "":
+            raise ValueError("must not be /")
+        return value.rstrip("/")
 
 
 class SessionCreate(Input):
@@ -60,6 +85,12 @@ class SessionCreate(Input):
         default_factory=dict, description='e.g. {"cpu": "2", "mem": "4g", "cuda.shares": "0.5"}'
     )
     mounts: list[MountSpec] = Field(default_factory=list, max_length=64)
+    folders: list[FolderMount] = Field(
+        default_factory=list, max_length=64, description="data folders to mount (docs/folders.md)"
+    )
+    automount: bool = Field(
+        default=True, description="also mount the owner's dot-folders (.local, .cache ...)"
+    )
     resource_group: str = Field(default="default", pattern=NAME_PATTERN)
     project: str | None = Field(default=None, pattern=NAME_PATTERN)
     priority: int = Field(default=50, ge=0, le=100)

@@ -23,7 +23,14 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.cluster import cluster_hostname
-from contract.messages import StartKernel, WireApp, WireCluster, WireClusterMember, WireMount
+from contract.messages import (
+    StartKernel,
+    WireApp,
+    WireCluster,
+    WireClusterMember,
+    WireFolder,
+    WireMount,
+)
 from gateway.db.clock import db_now
 from gateway.db.models import Kernel, Node, Session, StatusHistory, WebhookEvent
 from gateway.db.transitions import bulk_transition, session_ended_events
@@ -129,6 +136,7 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
             c.workdir,
             c.working_dir,
             c.mounts,
+            c.folders,
             c.apps,
             c.lost_node,
             c.cluster_mode,
@@ -334,6 +342,7 @@ def _job(
         working_dir=session.working_dir,
         resources=dict(placed["slots"]),
         mounts=[WireMount(**m) for m in session.mounts.get("items", [])],
+        folders=[WireFolder(**f) for f in (session.folders or {}).get("items", [])],
         devices=placed["devices"],
         apps=[WireApp(name=name, **info) for name, info in session.apps.items()],
         cpuset=placed["cpuset"].get("cpus") or None,

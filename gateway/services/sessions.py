@@ -35,6 +35,7 @@ from gateway.db.models import (
     ResourcePolicy,
     Session,
     SessionDependency,
+    SessionFolder,
     StatusHistory,
     new_id,
 )
@@ -51,6 +52,7 @@ from gateway.queue import request_schedule
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.scheduler.snapshot import group_config
 from gateway.services.blobs import BlobStore
+from gateway.services.folders import FolderService
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
@@ -85,9 +87,11 @@ class SessionService:
         pool: ArqRedis,
         settings: GatewaySettings,
         blobs: BlobStore | None = None,
+        folders: FolderService | None = None,
     ) -> None:
         self.db = db
         self.blobs = blobs
+        self.folders = folders
         self.pool = pool
         self.settings = settings
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
@@ -242,6 +246,7 @@ class SessionService:
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body)
         await self._check_pending(db, principal, project_id, body.project)
+        folders = await self._folders(db, principal, body)
         starts_at = body.starts_at
         if isinstance(starts_at, timedelta):
             starts_at = await db_now(db) + starts_at
@@ -262,7 +267,9 @@ class SessionService:
             mounts={"items": [m.model_dump() for m in body.mounts]},
             resources=resources.to_json(),
             limits_requested=CPU in body.resources or MEM in body.resources,
-            mounts_requested=bool(body.mounts),
+            folders={"items": folders},
+            # automounted folders only where the node can mount them (skipped elsewhere)
+            mounts_requested=bool(body.mounts) or any(not f["automount"] for f in folders),
             cluster_size=body.cluster_size,
             cluster_mode=body.cluster_mode,
             stop_when=body.stop_when,
@@ -294,12 +301,26 @@ class SessionService:
         await db.execute(insert(HISTORY).values(_history_created(values["id"], principal, now)))
         await db.execute(insert(KERNELS), kernel_rows)
         await self._dependencies(db, principal, values["id"], body)
+        if folders:
+            await db.execute(
+                insert(SessionFolder),
+                [{"session_id": values["id"], "folder_id": f["id"]} for f in folders],
+            )
         session = Session(**values)  # a transient copy of the row, for the response
         kernels = [
             Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
             for row in kernel_rows
         ]
         return session, kernels, body.project if project_id else None
+
+    async def _folders(
+        self, db: AsyncSession, principal: Principal, body: SessionCreate
+    ) -> list[dict[str, Any]]:
+        if self.folders is None:
+            if body.folders:
+                raise Invalid("this gateway has no data folders", field="folders")
+            return []
+        return await self.folders.mounts_for(db, principal, body.folders, automount=body.automount)
 
     async def _feasible(
         self, db: AsyncSession, body: SessionCreate, resources: ResourceSlots

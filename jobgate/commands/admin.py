@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from jobgate.commands.common import OutputOpt, client, parse_pairs
+from jobgate.commands.common import OutputOpt, client, parse_bytes, parse_pairs
 from jobgate.render import Output, age, out, print_json, slots_text, table
 
 app = typer.Typer(
@@ -45,6 +45,7 @@ class Limit(StrEnum):
     max_sessions = "max-sessions"
     max_pending = "max-pending"
     max_slots = "max-slots"
+    max_folder_bytes = "max-folder-bytes"
 
 
 ScopeArg = Annotated[Scope, typer.Argument(help="Whose policy: user or project.")]
@@ -183,6 +184,7 @@ def _policy_fields(p: dict[str, Any]) -> dict[str, str]:
         "max sessions": _n(p["max_sessions"]),
         "max pending": _n(p["max_pending"]),
         "max slots": slots_text(p["max_slots"]),
+        "max folder bytes": _n(p.get("max_folder_bytes")),
     }
 
 
@@ -193,7 +195,7 @@ def policies_ls(output: OutputOpt = Output.table) -> None:
     _show(
         found,
         output,
-        ["SCOPE", "SUBJECT", "MAX SESSIONS", "MAX PENDING", "MAX SLOTS"],
+        ["SCOPE", "SUBJECT", "MAX SESSIONS", "MAX PENDING", "MAX SLOTS", "MAX FOLDER BYTES"],
         [list(_policy_fields(p).values()) for p in found],
     )
 
@@ -214,6 +216,10 @@ def policies_set(
             help="SLOT=AMOUNT held in total, e.g. cpu=16 or mem=64g; SLOT= lifts it; repeatable."
         ),
     ] = [],  # noqa: B006
+    max_folder_bytes: Annotated[
+        str | None,
+        typer.Option(help="Bytes its data folders may hold, e.g. 500g (docs/folders.md)."),
+    ] = None,
     unset: Annotated[
         list[Limit], typer.Option(help="Make this limit unlimited again; repeatable.")
     ] = [],  # noqa: B006
@@ -227,6 +233,8 @@ def policies_set(
         body["max_sessions"] = max_sessions
     if max_pending is not None:
         body["max_pending"] = max_pending
+    if max_folder_bytes is not None:
+        body["max_folder_bytes"] = parse_bytes(max_folder_bytes, "--max-folder-bytes")
     if max_slot:
         slots = parse_pairs(max_slot, "--max-slot")
         body["max_slots"] = {k: (v or None) for k, v in slots.items()}

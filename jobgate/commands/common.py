@@ -10,8 +10,9 @@ import typer
 from jobgate.client import ApiError, Client
 from jobgate.profile import Profile
 from jobgate.render import Output
+from plugins.resources import InvalidResource, parse_size
 
-__all__ = ["OutputOpt", "client", "close_clients", "parse_pairs"]
+__all__ = ["OutputOpt", "client", "close_clients", "parse_bytes", "parse_pairs"]
 
 OutputOpt = Annotated[
     Output,
@@ -47,3 +48,11 @@ def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
             raise ApiError(0, "Usage", f"{what} must look like KEY=VALUE, got {item!r}")
         out[key.strip()] = value
     return out
+
+
+def parse_bytes(value: str, what: str) -> int:
+    """``500g``, ``1.5TiB``, ``2048`` -> bytes (a clear error for anything else)."""
+    try:
+        return int(parse_size(value))
+    except InvalidResource as exc:
+        raise ApiError(0, "Usage", f"{what}: {exc.message}") from None

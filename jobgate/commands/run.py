@@ -89,6 +89,8 @@ def build_request(
     cluster_size: int | None = None,
     cluster_mode: str | None = None,
     stop_when: str | None = None,
+    folders: list[str] | None = None,
+    automount: bool = True,
 ) -> dict[str, Any]:
     slots = parse_pairs(resources, "--resource")
     if cpu is not None:
@@ -116,6 +118,10 @@ def build_request(
     body.update({k: v for k, v in optional.items() if v is not None})
     if mounts:
         body["mounts"] = [_mount(m) for m in mounts]
+    if folders:
+        body["folders"] = [folder_mount(f) for f in folders]
+    if not automount:
+        body["automount"] = False
     if depends_on:
         body["depends_on"] = depends_on
     if constraints:
@@ -132,6 +138,18 @@ def _mount(spec: str) -> dict[str, Any]:
         "target": parts[1],
         "read_only": len(parts) == 3 and parts[2] == "ro",
     }
+
+
+def folder_mount(spec: str) -> dict[str, Any]:
+    """``NAME[:TARGET][:ro]`` -> a folder mount (default target /home/work/NAME)."""
+    parts = spec.split(":")
+    mode = parts.pop() if len(parts) > 1 and parts[-1] in ("ro", "rw") else "rw"
+    if not parts[0] or len(parts) > 2 or (len(parts) == 2 and not parts[1].startswith("/")):
+        raise typer.BadParameter(f"--folder takes NAME[:/TARGET][:ro], got {spec!r}")
+    mount: dict[str, Any] = {"name": parts[0], "read_only": mode == "ro"}
+    if len(parts) == 2:
+        mount["target"] = parts[1]
+    return mount
 
 
 class _Interrupts:
@@ -307,6 +325,17 @@ def run(
     mount: Annotated[
         list[str], typer.Option(help="SRC:DST[:ro] from an allowed host root; repeatable.")
     ] = [],  # noqa: B006
+    folder: Annotated[
+        list[str],
+        typer.Option(
+            help="Data folder NAME[:/TARGET][:ro] in every container (default target "
+            "/home/work/NAME); repeatable.",
+        ),
+    ] = [],  # noqa: B006
+    no_automount: Annotated[
+        bool,
+        typer.Option("--no-automount", help="Do not mount your dot-folders (.local, .cache ...)."),
+    ] = False,
     priority: Annotated[
         int | None, typer.Option(min=0, max=100, help="0 to 100; higher runs first.")
     ] = None,
@@ -411,6 +440,8 @@ def run(
         cluster_size=cluster_size,
         cluster_mode=cluster_mode.value if cluster_mode else None,
         stop_when=stop_when.value if stop_when else None,
+        folders=folder,
+        automount=not no_automount,
     )
     if working_dir is not None:
         body["working_dir"] = send_working_dir(api, working_dir)

@@ -167,6 +167,9 @@ class KernelSpec:
     working_dir: Path | None = None
     resources: ResourceSlots = field(default_factory=ResourceSlots)
     mounts: list[Mount] = field(default_factory=list)
+    #: data folders (worker-resolved directories on the shared folders root; not subject
+    #: to the user mount roots), the same for every kernel of the session
+    folders: list[Mount] = field(default_factory=list)
     ports: list[ServicePort] = field(default_factory=list)
     reservation: Reservation = field(default_factory=Reservation)
     cpuset: list[int] | None = None

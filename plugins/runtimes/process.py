@@ -96,7 +96,9 @@ class ProcessRuntime:
         return {}
 
     async def start(self, spec: KernelSpec) -> KernelHandle:
-        if spec.mounts:  # a process shares the host's files: there is nowhere to mount into
+        if (
+            spec.mounts or spec.folders
+        ):  # a process shares the host's files: there is nowhere to mount into
             raise InvalidSpec(
                 "bind mounts need a container runtime; this node runs sessions as plain "
                 "processes (--runtime process)"

@@ -111,9 +111,15 @@ def _validate_ports(ports: list[ServicePort], network: str) -> None:
         raise InvalidSpec("this node runs containers without a network: no ports can be published")
 
 
-def _mount_entry(mount: Mount) -> dict[str, Any]:
-    options = ["rbind", "ro" if mount.read_only else "rw"]
+def _mount_entry(mount: Mount, *extra: str) -> dict[str, Any]:
+    options = ["rbind", "ro" if mount.read_only else "rw", *extra]
     return {"type": "bind", "source": mount.source, "destination": mount.target, "options": options}
+
+
+def _folder_mounts(spec: KernelSpec) -> list[Mount]:
+    """Data folders: their directories come from the worker (the folders root), their
+    targets from the user, cleaned like any other."""
+    return [Mount(m.source, _clean_target(m.target), m.read_only) for m in spec.folders]
 
 
 def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], str | None]:
@@ -153,7 +159,8 @@ def create_body(
     if spec.workdir is not None and not spec.workdir.startswith("/"):
         raise InvalidSpec(f"working directory must be absolute: {spec.workdir!r}")
     mounts, workdir = _mounts(spec, settings)
-    targets = [m.target for m in mounts]
+    folders = _folder_mounts(spec)
+    targets = [m.target for m in [*mounts, *folders]]
     if len(set(targets)) != len(targets):
         raise InvalidSpec(f"two mounts share a target: {sorted(targets)}")
     _validate_ports(spec.ports, settings.network)
@@ -174,7 +181,10 @@ def create_body(
         "cap_add": list(settings.cap_add),
         "netns": {"nsmode": settings.network},
         "stop_timeout": int(settings.stop_grace),
-        "mounts": [_mount_entry(m) for m in mounts],
+        # folders after the working directory: /home/work/NAME lands inside /home/work;
+        # default user namespace (container root = the Podman user), see docs/folders.md
+        "mounts": [_mount_entry(m) for m in mounts]
+        + [_mount_entry(m, "nosuid", "nodev") for m in folders],
         "devices": [
             {"path": d} for d in [*spec.reservation.devices, *spec.reservation.cdi_devices]
         ],

@@ -13,6 +13,8 @@ user       any valid API key; no key, a wrong, revoked or node token → 401
 admin      admins; other users → 403; no key, wrong, revoked, node token → 401
 owner      a session's owner and admins; anyone else → 404 (as if it did not exist)
 self       the named user and admins; other users → 403
+folder     the folder's owner (and those it is shared with) and admins; anyone else →
+           404 (as if it did not exist); the owner may get a 404 once it purged it
 node       the node token only; every API key (an admin's too) → 401
 =========  ==========================================================================
 
@@ -34,6 +36,7 @@ from harness import NODE_TOKEN, Stack
 from gateway.app import create_app
 
 PUBLIC, USER, ADMIN, OWNER, SELF, NODE = "public", "user", "admin", "owner", "self", "node"
+FOLDER = "folder"
 
 #: "METHOD /path" -> rule
 MATRIX: dict[str, str] = {
@@ -111,6 +114,24 @@ MATRIX: dict[str, str] = {
     "POST /v1/webhooks/{webhook_id}/rotate": USER,
     "GET /v1/webhooks/{webhook_id}/deliveries": USER,
     "POST /v1/webhooks/deliveries/{delivery_id}/redeliver": USER,
+    # data folders: visible to their owners, those they are shared with, and admins
+    "POST /v1/folders": USER,
+    "GET /v1/folders": USER,
+    "GET /v1/folders/{folder}": FOLDER,
+    "DELETE /v1/folders/{folder}": FOLDER,
+    "POST /v1/folders/{folder}/restore": FOLDER,
+    "POST /v1/folders/{folder}/purge": FOLDER,
+    "PUT /v1/folders/{folder}/shares/{user}": FOLDER,
+    "DELETE /v1/folders/{folder}/shares/{user}": FOLDER,
+    "GET /v1/folders/{folder}/files": FOLDER,
+    "GET /v1/folders/{folder}/files/{path}": FOLDER,
+    "DELETE /v1/folders/{folder}/files/{path}": FOLDER,
+    "POST /v1/folders/{folder}/move": FOLDER,
+    "POST /v1/folders/{folder}/mkdir": FOLDER,
+    "POST /v1/folders/{folder}/uploads": FOLDER,
+    "HEAD /v1/uploads/{upload_id}": USER,
+    "PATCH /v1/uploads/{upload_id}": USER,
+    "DELETE /v1/uploads/{upload_id}": USER,
 }
 
 KEYLESS = ("anonymous", "wrong key", "revoked key", "node token")
@@ -144,6 +165,9 @@ async def world(stack: Stack) -> World:
         assert r.status_code == 204, r.text
     session = await stack.submit(alice, command=["true"], project="lab")
     await _endpoint(stack, alice)
+    async with stack.client(alice) as api:  # alice's own folder
+        made = await api.post("/v1/folders", json={"name": "alices"})
+        assert made.status_code == 201, made.text
     return World(
         keys={
             "anonymous": "",
@@ -171,6 +195,9 @@ async def world(stack: Stack) -> World:
             "trigger_id": "no-such-trigger",
             "webhook_id": "no-such-webhook",
             "delivery_id": "no-such-delivery",
+            "folder": "alices",
+            "path": "no/such/file",
+            "upload_id": "0" * 32,
         },
     )
 
@@ -189,9 +216,11 @@ def expected(rule: str, principal: str) -> set[int] | None:
         return None if principal == "node token" else {401}
     if principal in KEYLESS:
         return {401}
-    if principal == "admin" or rule == USER or (principal == "owner" and rule in (OWNER, SELF)):
+    if principal == "admin" or rule == USER:
         return None
-    return {ADMIN: {403}, SELF: {403}, OWNER: {404}}[rule]
+    if principal == "owner" and rule in (OWNER, SELF, FOLDER):
+        return None
+    return {ADMIN: {403}, SELF: {403}, OWNER: {404}, FOLDER: {404}}[rule]
 
 
 def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
@@ -201,6 +230,13 @@ def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
     body = r.json() if r.content else {}  # HEAD answers carry no body
     detail = body.get("detail", "") if isinstance(body, dict) else ""
     hidden = r.status_code == 404 and detail.startswith(("no session", "no endpoint"))
+    if rule == FOLDER:
+        if want is None:  # the owner may find it purged by an earlier row: a 404 is fine
+            return r.status_code not in (401, 403)
+        if principal in KEYLESS:
+            return r.status_code in want
+        # someone else's folder is answered exactly as one that does not exist
+        return r.status_code == 404 and detail.startswith("no folder")
     if want is not None:
         # someone else's session is answered exactly as one that does not exist
         return r.status_code in want and (rule != OWNER or principal in KEYLESS or hidden)

@@ -1,0 +1,204 @@
+"""Data folder transfers through the gateway vs a plain ``cp`` on the same disk.
+
+The data folders issue's goals: upload and download throughput at least 0.5x of ``cp``
+on the same disk, and gateway memory (RSS) growing by less than 50 MB during a 1 GiB
+transfer (the gateway streams: nothing is buffered whole). It starts
+``jobgate up --runtime process`` in a temporary directory (SQLite, private Redis, free
+ports), writes a file of random bytes there, and then:
+
+    cp   FILE ─▶ COPY                                   (the anchor, page cache warm)
+    put  FILE ─▶ tus POST + PATCH ─▶ the folder          (jobgate.transfer.upload)
+    get  the folder's file ─▶ LOCAL                      (jobgate.transfer.download)
+
+sampling the gateway process's VmRSS every 20 ms during each transfer, and checking that
+the sha256 of what came back is the file's. It stops only what it started. Progress goes
+to stderr; the last line of stdout is one JSON object.
+
+    .venv/bin/python benchmarks/folders.py --size-mb 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from jobgate.client import Client
+from jobgate.localnet import free_port
+from jobgate.profile import Profile
+from jobgate.transfer import Item, download, upload
+
+GOAL_RATIO = 0.5
+GOAL_RSS_MB = 50.0
+CHUNK = 64 * 1024 * 1024
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class RssSampler:
+    """The peak VmRSS of one process while a ``with`` block runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.start = self.peak = rss_kb(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_kb(self.pid))
+
+    def __enter__(self) -> RssSampler:
+        self.start = self.peak = rss_kb(self.pid)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def growth_mb(self) -> float:
+        return (self.peak - self.start) / 1024
+
+
+def gateway_pid(data: Path) -> int:
+    marker = f"JOBGATE_DATA_DIR={data}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            if b"gateway\0serve" in cmd and marker in (proc / "environ").read_bytes().split(b"\0"):
+                return int(proc.name)
+        except OSError:
+            continue
+    raise RuntimeError("the gateway process was not found")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def make_file(path: Path, size: int) -> None:
+    with path.open("wb") as out:
+        left = size
+        while left:
+            n = min(CHUNK, left)
+            out.write(os.urandom(n))
+            left -= n
+
+
+def timed_cp(source: Path, target: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(["cp", str(source), str(target)], check=True)
+    os.sync()
+    return time.perf_counter() - started
+
+
+def start_up(root: Path) -> tuple[subprocess.Popen[bytes], Client, Path]:
+    data, port = root / "data", free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
+    env["JOBGATE_FOLDERS_ROOT"] = str(root / "folders")  # same disk as the file and cp
+    argv = [sys.executable, "-m", "jobgate", "up", "--data-dir", str(data), "--port", str(port)]
+    argv += ["--proxy-port", str(free_port()), "--runtime", "process"]
+    log_path = root / "up.log"
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while "ready." not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"jobgate up failed:\n{log_path.read_text(errors='replace')}")
+        time.sleep(0.2)
+    key = (data / "admin.key").read_text().strip()
+    client = Client(Profile(url=f"http://127.0.0.1:{port}", api_key=key), timeout=120)
+    return proc, client, data
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mb", type=int, default=1024, help="the file's size in MiB")
+    parser.add_argument("--dir", type=Path, default=None, help="where (default: a temp dir)")
+    args = parser.parse_args()
+    size = args.size_mb * 1024 * 1024
+    root = Path(tempfile.mkdtemp(prefix="jobgate-bench-folders-", dir=args.dir))
+    proc = None
+    try:
+        proc, api, data = start_up(root)
+        pid = gateway_pid(data)
+        source = root / "file.bin"
+        log(f"writing {args.size_mb} MiB of random bytes to {source}")
+        make_file(source, size)
+        want = sha256(source)
+        cp_up = timed_cp(source, root / "copy.bin")
+        api.post("/v1/folders", json={"name": "bench"})
+        log("upload through the gateway")
+        with RssSampler(pid) as up_rss:
+            started = time.perf_counter()
+            upload(api, "bench", Item(source, "file.bin", size), lambda n: None)
+            os.sync()
+            up_s = time.perf_counter() - started
+        stored = root / "folders" / api.get("/v1/folders/bench")["id"] / "file.bin"
+        cp_down = timed_cp(stored, root / "copy2.bin")
+        log("download through the gateway")
+        back = root / "back.bin"
+        with RssSampler(pid) as down_rss:
+            started = time.perf_counter()
+            download(api, "bench", "file.bin", back, lambda n: None)
+            os.sync()
+            down_s = time.perf_counter() - started
+        same = sha256(stored) == want and sha256(back) == want
+        mb = size / 1e6
+        result: dict[str, Any] = {
+            "size_bytes": size,
+            "cp_mb_s": round(mb / ((cp_up + cp_down) / 2), 1),
+            "upload_mb_s": round(mb / up_s, 1),
+            "download_mb_s": round(mb / down_s, 1),
+            "upload_vs_cp": round(cp_up / up_s, 2),
+            "download_vs_cp": round(cp_down / down_s, 2),
+            "rss_growth_upload_mb": round(up_rss.growth_mb, 1),
+            "rss_growth_download_mb": round(down_rss.growth_mb, 1),
+            "digests_equal": same,
+            "goal_ratio": GOAL_RATIO,
+            "goal_rss_mb": GOAL_RSS_MB,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        }
+        log(
+            f"cp {result['cp_mb_s']} MB/s; upload {result['upload_mb_s']} MB/s "
+            f"({result['upload_vs_cp']}x cp), download {result['download_mb_s']} MB/s "
+            f"({result['download_vs_cp']}x cp); gateway RSS +{result['rss_growth_upload_mb']} MB "
+            f"/ +{result['rss_growth_download_mb']} MB; digests equal: {same}"
+        )
+        api.close()
+        print(json.dumps(result))
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,525 @@
+"""/v1/folders: data folders, their files and shares; /v1/uploads: resumable uploads.
+
+Uploads follow the tus 1.0 core protocol with its creation and termination extensions
+(https://tus.io/protocols/resumable-upload): ``POST /v1/folders/{folder}/uploads`` with
+``Upload-Length`` and ``Upload-Metadata: path <base64>`` answers 201 and a ``Location``;
+``PATCH`` that location with ``Upload-Offset`` and an ``application/offset+octet-stream``
+body appends (streamed to disk, never held in memory); ``HEAD`` tells how much arrived,
+so an interrupted upload resumes there; the file appears in the folder, atomically, when
+the last byte arrives. The quota is checked when the upload is created, against its
+declared length: nothing is written for an upload that would not fit.
+
+Downloads stream from the file (``Range: bytes=a-b`` answers 206).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import os
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
+
+from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN, is_automount
+from gateway.api.deps import CurrentUser, State
+from gateway.auth import Principal
+from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound
+from gateway.services.folderfs import Entry, Upload
+from gateway.services.folders import FolderView
+
+router = APIRouter(tags=["folders"])
+
+TUS_VERSION = "1.0.0"
+CHUNK = 1024 * 1024
+FolderRef = Annotated[
+    str,
+    Path(
+        pattern=f"({FOLDER_NAME_PATTERN})|({FOLDER_ID_PATTERN})",
+        description="the folder's name or id",
+    ),
+]
+FilePath = Annotated[str, Path(description="a path inside the folder", max_length=4096)]
+UploadId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
+Perm = Literal["ro", "rw", "wd"]
+
+
+class Unsatisfiable(JobgateError):
+    status = 416
+    title = "Range not satisfiable"
+
+
+class UnsupportedMedia(JobgateError):
+    status = 415
+    title = "Unsupported media type"
+
+
+class FolderCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(
+        pattern=FOLDER_NAME_PATTERN,
+        description="a leading dot makes it an automount folder (.local, .cache)",
+    )
+    project: str | None = Field(default=None, description="owned by this project, not you")
+    usage: Literal["general", "model", "data"] = "general"
+
+
+class FolderPublic(BaseModel):
+    id: str
+    name: str
+    owner: str
+    usage: str
+    permission: Perm
+    automount: bool
+    created_at: datetime
+    trashed_at: datetime | None
+    shares: dict[str, str] = Field(description="user -> permission")
+    size: int | None = Field(default=None, description="bytes (show only)")
+    sessions: list[str] | None = Field(default=None, description="live sessions mounting it")
+
+
+class FolderList(BaseModel):
+    items: list[FolderPublic]
+
+
+class ShareSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    perm: Perm
+
+
+class MoveBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(max_length=4096)
+    target: str = Field(max_length=4096)
+
+
+class PathBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(max_length=4096)
+
+
+class EntryPublic(BaseModel):
+    path: str
+    type: str
+    size: int
+    mtime: float
+
+
+class EntryList(BaseModel):
+    items: list[EntryPublic]
+
+
+class UploadPublic(BaseModel):
+    id: str
+    folder: str
+    path: str
+    length: int
+    offset: int
+
+
+async def _visible(folder: FolderRef, principal: CurrentUser, state: State) -> None:
+    """404 for a folder the caller cannot see, before the body is even read."""
+    async with state.db() as db:
+        await state.folders.resolve(db, principal, folder)
+
+
+Visible = Depends(_visible)
+
+
+def _public(v: FolderView) -> FolderPublic:
+    f = v.folder
+    return FolderPublic(
+        id=f.id,
+        name=f.name,
+        owner=v.owner,
+        usage=f.usage,
+        permission=v.perm,
+        automount=is_automount(f.name),
+        created_at=f.created_at,
+        trashed_at=f.trashed_at,
+        shares=v.shares,
+        size=v.size,
+        sessions=v.sessions,
+    )
+
+
+# -- folders ---------------------------------------------------------------------------
+@router.post(
+    "/v1/folders",
+    operation_id="folders-create",
+    status_code=status.HTTP_201_CREATED,
+    response_model=FolderPublic,
+)
+async def create_folder(body: FolderCreate, principal: CurrentUser, state: State) -> FolderPublic:
+    """A new, empty folder owned by you (or by a project you belong to)."""
+    return _public(await state.folders.create(principal, body.name, body.project, body.usage))
+
+
+@router.get("/v1/folders", operation_id="folders-list", response_model=FolderList)
+async def list_folders(
+    principal: CurrentUser,
+    state: State,
+    trashed: Annotated[bool, Query(description="list the trash instead")] = False,
+) -> FolderList:
+    """The folders you can use: yours, your projects', shared with you (admins: all)."""
+    views = await state.folders.listing(principal, trashed=trashed)
+    return FolderList(items=[_public(v) for v in views])
+
+
+@router.get("/v1/folders/{folder}", operation_id="folders-show", response_model=FolderPublic)
+async def show_folder(folder: FolderRef, principal: CurrentUser, state: State) -> FolderPublic:
+    """One folder with its size, its shares and the live sessions that mount it."""
+    return _public(await state.folders.show(principal, folder))
+
+
+@router.delete(
+    "/v1/folders/{folder}",
+    operation_id="folders-remove",
+    response_model=FolderPublic,
+    responses={409: {"description": "mounted by live sessions (listed in `sessions`)"}},
+)
+async def remove_folder(folder: FolderRef, principal: CurrentUser, state: State) -> FolderPublic:
+    """Move the folder to the trash (refused while a live session mounts it)."""
+    return _public(await state.folders.trash(principal, folder))
+
+
+@router.post(
+    "/v1/folders/{folder}/restore", operation_id="folders-restore", response_model=FolderPublic
+)
+async def restore_folder(folder: FolderRef, principal: CurrentUser, state: State) -> FolderPublic:
+    """Take the folder out of the trash."""
+    return _public(await state.folders.restore(principal, folder))
+
+
+@router.post(
+    "/v1/folders/{folder}/purge",
+    operation_id="folders-purge",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def purge_folder(folder: FolderRef, principal: CurrentUser, state: State) -> Response:
+    """Delete a folder in the trash, and its files, for good."""
+    await state.folders.purge(principal, folder)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.put(
+    "/v1/folders/{folder}/shares/{user}",
+    operation_id="folders-share",
+    dependencies=[Visible],
+    response_model=FolderPublic,
+)
+async def share_folder(
+    folder: FolderRef, user: str, body: ShareSet, principal: CurrentUser, state: State
+) -> FolderPublic:
+    """Give a user ro, rw or wd on the folder (owners only)."""
+    return _public(await state.folders.share(principal, folder, user, body.perm))
+
+
+@router.delete(
+    "/v1/folders/{folder}/shares/{user}",
+    operation_id="folders-unshare",
+    response_model=FolderPublic,
+)
+async def unshare_folder(
+    folder: FolderRef, user: str, principal: CurrentUser, state: State
+) -> FolderPublic:
+    """Take a user's share away (owners only)."""
+    return _public(await state.folders.share(principal, folder, user, None))
+
+
+# -- files -----------------------------------------------------------------------------
+def _entry(e: Entry) -> EntryPublic:
+    return EntryPublic(path=e.path, type=e.type, size=e.size, mtime=e.mtime)
+
+
+@router.get("/v1/folders/{folder}/files", operation_id="folders-files", response_model=EntryList)
+async def list_files(
+    folder: FolderRef,
+    principal: CurrentUser,
+    state: State,
+    path: Annotated[str, Query(max_length=4096, description="a directory or file")] = "",
+    recursive: bool = False,
+) -> EntryList:
+    """What a directory of the folder holds (symbolic links are shown, never followed)."""
+    row = await state.folders.access(principal, folder, "ro")
+    entries = await asyncio.to_thread(state.folders.fs.list, row.id, path, recursive=recursive)
+    return EntryList(items=[_entry(e) for e in entries])
+
+
+def _range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``bytes=a-b`` | ``bytes=a-`` | ``bytes=-n`` -> (start, end inclusive); None: all."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None  # no range, another unit, or several ranges: the whole file (RFC 9110)
+    first, sep, last = header.removeprefix("bytes=").strip().partition("-")
+    if not sep or not (first.isdigit() or last.isdigit()):
+        return None
+    if not first:
+        length = int(last)
+        if length == 0:
+            raise Unsatisfiable(f"an empty suffix range of a {size}-byte file")
+        return max(0, size - length), size - 1
+    start = int(first)
+    end = min(int(last), size - 1) if last.isdigit() else size - 1
+    if start >= size or (last.isdigit() and int(last) < start):
+        raise Unsatisfiable(f"bytes {header.removeprefix('bytes=')} of a {size}-byte file")
+    return start, end
+
+
+async def _read(fd: int, start: int, end: int) -> AsyncIterator[bytes]:
+    try:
+        offset = start
+        while offset <= end:
+            chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, end - offset + 1), offset)
+            if not chunk:
+                break
+            offset += len(chunk)
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+@router.get(
+    "/v1/folders/{folder}/files/{path:path}",
+    operation_id="folders-download",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "the file"},
+        206: {"content": {"application/octet-stream": {}}, "description": "a byte range"},
+        416: {"description": "the range is outside the file"},
+    },
+)
+async def download_file(
+    folder: FolderRef,
+    path: FilePath,
+    principal: CurrentUser,
+    state: State,
+    range_: Annotated[str | None, Header(alias="Range")] = None,
+) -> StreamingResponse:
+    """The file's bytes, streamed; ``Range: bytes=START-END`` gives a part (206)."""
+    row = await state.folders.access(principal, folder, "ro")
+    fd, info = await asyncio.to_thread(state.folders.fs.open_file, row.id, path)
+    size = info.st_size
+    try:
+        wanted = _range(range_, size)
+    except Unsatisfiable:
+        os.close(fd)
+        raise
+    start, end = wanted if wanted is not None else (0, size - 1)
+    headers = {"Accept-Ranges": "bytes", "Content-Length": str(max(0, end - start + 1))}
+    code = status.HTTP_200_OK
+    if wanted is not None:
+        code = status.HTTP_206_PARTIAL_CONTENT
+        headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return StreamingResponse(
+        _read(fd, start, end),
+        status_code=code,
+        headers=headers,
+        media_type="application/octet-stream",
+    )
+
+
+@router.delete(
+    "/v1/folders/{folder}/files/{path:path}",
+    operation_id="folders-remove-path",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def remove_path(
+    folder: FolderRef, path: FilePath, principal: CurrentUser, state: State
+) -> Response:
+    """Delete a file, a link or a directory tree (needs wd)."""
+    row = await state.folders.access(principal, folder, "wd")
+    await asyncio.to_thread(state.folders.fs.remove, row.id, path)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/v1/folders/{folder}/move",
+    operation_id="folders-move",
+    dependencies=[Visible],
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def move_path(
+    folder: FolderRef, body: MoveBody, principal: CurrentUser, state: State
+) -> Response:
+    """Rename a file or directory inside the folder (an existing target is kept: 409)."""
+    row = await state.folders.access(principal, folder, "rw")
+    await asyncio.to_thread(state.folders.fs.move, row.id, body.source, body.target)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/v1/folders/{folder}/mkdir",
+    operation_id="folders-mkdir",
+    dependencies=[Visible],
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def make_dir(
+    folder: FolderRef, body: PathBody, principal: CurrentUser, state: State
+) -> Response:
+    """Create a directory (and its parents) inside the folder."""
+    row = await state.folders.access(principal, folder, "rw")
+    await asyncio.to_thread(state.folders.fs.mkdir, row.id, body.path)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# -- resumable uploads (tus 1.0) ------------------------------------------------------
+def _metadata(header: str | None) -> dict[str, str]:
+    """tus ``Upload-Metadata``: ``key base64value,key2 base64value2``."""
+    found: dict[str, str] = {}
+    for item in (header or "").split(","):
+        key, _, value = item.strip().partition(" ")
+        if not key:
+            continue
+        try:
+            found[key] = base64.b64decode(value, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise Invalid(
+                f"Upload-Metadata {key!r} is not base64 UTF-8", field="Upload-Metadata"
+            ) from None
+    return found
+
+
+def _tus(headers: dict[str, str] | None = None) -> dict[str, str]:
+    return {"Tus-Resumable": TUS_VERSION, "Cache-Control": "no-store", **(headers or {})}
+
+
+@router.post(
+    "/v1/folders/{folder}/uploads",
+    operation_id="folders-upload-create",
+    dependencies=[Visible],
+    status_code=status.HTTP_201_CREATED,
+    response_model=UploadPublic,
+    responses={413: {"description": "over the byte quota (quota, used, requested)"}},
+)
+async def create_upload(
+    folder: FolderRef,
+    principal: CurrentUser,
+    state: State,
+    response: Response,
+    upload_length: Annotated[int, Header(alias="Upload-Length", ge=0, le=2**62)],
+    upload_metadata: Annotated[
+        str | None, Header(alias="Upload-Metadata", description="path <base64 of the path>")
+    ] = None,
+) -> UploadPublic:
+    """Announce an upload of ``Upload-Length`` bytes to ``path``; PATCH its Location."""
+    path = _metadata(upload_metadata).get("path")
+    if not path:
+        raise Invalid(
+            "Upload-Metadata must name the path: 'path <base64>'", field="Upload-Metadata"
+        )
+    row = await state.folders.access(principal, folder, "rw")
+    await state.folders.check_quota(row, upload_length)
+    fs = state.folders.fs
+    upload = await asyncio.to_thread(
+        fs.start_upload, row.id, path, upload_length, principal.user_id
+    )
+    if upload_length == 0:
+        await asyncio.to_thread(fs.finish_upload, upload)
+    response.headers.update(_tus({"Location": f"/v1/uploads/{upload.id}"}))
+    return UploadPublic(id=upload.id, folder=row.name, path=path, length=upload_length, offset=0)
+
+
+async def _own_upload(state: Any, principal: Principal, upload_id: str) -> Upload:
+    upload: Upload = await asyncio.to_thread(state.folders.fs.upload, upload_id)
+    if upload.user_id != principal.user_id:
+        raise NotFound(f"no upload {upload_id!r} (finished, abandoned or never made)")
+    return upload
+
+
+@router.head("/v1/uploads/{upload_id}", operation_id="folders-upload-offset")
+async def upload_offset(upload_id: UploadId, principal: CurrentUser, state: State) -> Response:
+    """How many bytes of the upload arrived (``Upload-Offset``): resume from there."""
+    upload = await _own_upload(state, principal, upload_id)
+    return Response(
+        headers=_tus({"Upload-Offset": str(upload.offset), "Upload-Length": str(upload.length)})
+    )
+
+
+@router.patch(
+    "/v1/uploads/{upload_id}",
+    operation_id="folders-upload-append",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={415: {"description": "not application/offset+octet-stream"}},
+)
+async def append_upload(
+    upload_id: UploadId,
+    request: Request,
+    principal: CurrentUser,
+    state: State,
+    upload_offset: Annotated[int, Header(alias="Upload-Offset", ge=0)],
+    content_type: Annotated[str | None, Header(alias="Content-Type")] = None,
+) -> Response:
+    """Append the body at ``Upload-Offset`` (which must be what HEAD says)."""
+    if content_type != "application/offset+octet-stream":
+        raise UnsupportedMedia("send the bytes as Content-Type: application/offset+octet-stream")
+    upload = await _own_upload(state, principal, upload_id)
+    await state.folders.access(principal, upload.folder_id, "rw")
+    if upload_offset != upload.offset:
+        raise Conflict(
+            f"the upload is at offset {upload.offset}, not {upload_offset}", offset=upload.offset
+        )
+    offset = await _append(state, upload, request)
+    if offset == upload.length:
+        await asyncio.to_thread(state.folders.fs.finish_upload, upload)
+    return Response(
+        status_code=status.HTTP_204_NO_CONTENT, headers=_tus({"Upload-Offset": str(offset)})
+    )
+
+
+async def _append(state: Any, upload: Upload, request: Request) -> int:
+    """Stream the body onto the part file (1 MiB writes); what arrived before a
+    disconnect stays, so the client resumes there."""
+    fd = await asyncio.to_thread(state.folders.fs.open_part, upload.id)
+    offset = upload.offset
+    buffer = bytearray()
+    try:
+        try:
+            async for chunk in request.stream():
+                if offset + len(buffer) + len(chunk) > upload.length:
+                    raise Invalid(
+                        f"the upload is {upload.length} bytes; this body goes past its end",
+                        field="Upload-Length",
+                    )
+                buffer += chunk
+                if len(buffer) >= CHUNK:
+                    await asyncio.to_thread(_write_all, fd, bytes(buffer))
+                    offset += len(buffer)
+                    buffer.clear()
+        except ClientDisconnect:
+            pass
+        if buffer:
+            await asyncio.to_thread(_write_all, fd, bytes(buffer))
+            offset += len(buffer)
+    finally:
+        os.close(fd)
+    return offset
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+@router.delete(
+    "/v1/uploads/{upload_id}",
+    operation_id="folders-upload-cancel",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+async def cancel_upload(upload_id: UploadId, principal: CurrentUser, state: State) -> Response:
+    """Give up an upload (what arrived is deleted)."""
+    upload = await _own_upload(state, principal, upload_id)
+    await asyncio.to_thread(state.folders.fs.cancel_upload, upload.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT, headers=_tus())
