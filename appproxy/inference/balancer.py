@@ -46,11 +46,13 @@ class NoReplica(Exception):
 
 
 class Replica:
-    """One replica as the balancer keeps it: the controller's view plus this proxy's."""
+    """One replica as the balancer keeps it: the controller's view plus this proxy's; it is
+    also the :class:`~appproxy.backend.upstream.Meter` of the requests sent to it."""
 
     __slots__ = (
         "in_flight",
         "index",
+        "on_failure",
         "ready",
         "reason",
         "revision",
@@ -72,6 +74,20 @@ class Replica:
         self.reason = "not probed yet"
         self.in_flight = 0
         self.seen_at = time.monotonic()  # when this proxy first saw it (initial delay)
+        #: called when a request to it fails (the prober checks it at once)
+        self.on_failure: Callable[[Replica], None] | None = None
+
+    # -- the forwarders' Meter: the replica's counters, and a failure hook -----------------
+    def responded(self, seconds: float, status: int) -> None:
+        self.stats.responded(seconds, status)
+
+    def traffic(self) -> None:
+        self.stats.traffic()
+
+    def failed(self) -> None:
+        self.stats.failed()
+        if self.on_failure is not None:
+            self.on_failure(self)
 
     @property
     def takes_traffic(self) -> bool:
