@@ -9,9 +9,11 @@
     release ─▶ the slot goes to the first waiter (no request overtakes the queue)
 
 Only replicas that this proxy's prober saw as ready and that the controller lists as
-``serving`` take requests; ``starting`` ones are probed but wait, ``draining`` ones
-finish what they have and get nothing new. Everything here runs in the event loop
-without awaiting, except the wait in the queue.
+``serving`` take requests; ``starting`` ones are probed but wait for their promotion,
+``draining`` ones finish what they have and get nothing new. One exception: while no
+serving replica is ready (scaled to zero, or all of them down), a ready ``starting``
+replica takes requests rather than letting them wait for the controller's next pass.
+Everything here runs in the event loop without awaiting, except the wait in the queue.
 """
 
 from __future__ import annotations
@@ -93,6 +95,11 @@ class Replica:
     def takes_traffic(self) -> bool:
         return self.ready and self.state == "serving" and self.upstream is not None
 
+    @property
+    def first_up(self) -> bool:
+        """Ready but not yet promoted: takes traffic only while no serving one is ready."""
+        return self.ready and self.state == "starting" and self.upstream is not None
+
 
 class Balancer:
     """One endpoint's replicas, their in-flight counts and the queue of waiting requests."""
@@ -139,7 +146,10 @@ class Balancer:
 
     def refresh(self) -> None:
         """Recompute who takes traffic (after readiness or state changes) and fill slots."""
-        self._serving = [r for r in self.replicas.values() if r.takes_traffic]
+        serving = [r for r in self.replicas.values() if r.takes_traffic]
+        if not serving:  # at zero: the first ready replica answers before its promotion
+            serving = [r for r in self.replicas.values() if r.first_up]
+        self._serving = serving
         self._dispatch()
 
     @property

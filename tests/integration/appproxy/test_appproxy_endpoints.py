@@ -393,9 +393,10 @@ async def test_hold_at_zero_wakes_once(proxy: Proxy, start_replica: StartReplica
         wakes = await _messages(pubsub)
         assert wakes == [ENDPOINT_ID]  # one wake-up for the burst
 
-        # the controller starts a replica and writes it as serving: every held request is served
+        # the controller starts a replica and writes it (starting): once the proxy has probed
+        # it ready, every held request is served, without waiting for its promotion
         replica = await start_replica("a")
-        await publish(proxy.redis, route(replica.target(), wake_timeout_s=30.0))
+        await publish(proxy.redis, route(replica.target("starting"), wake_timeout_s=30.0))
         answers = await asyncio.gather(*burst)
         assert [replica_of(r) for r in answers] == ["a"] * 8
         assert endpoint.load.held == 8
