@@ -6,7 +6,9 @@
 
 **Proxy overhead** (``overhead``): req/s and p50/p99 of small GETs through the endpoint
 URL vs straight to one replica vs nginx balancing the same replicas, with the proxy's
-CPU per request. The replicas are benchmarks/proxy.py's small raw-ASGI upstream (uvicorn),
+CPU per request (wrk, ``--connections``); and the latency one request gains (wrk with
+one connection: ``one_connection``, ``p50_overhead_ms``). The replicas are
+benchmarks/proxy.py's small raw-ASGI upstream (uvicorn),
 so the proxies, not the replicas, are what is measured. The route is written to Redis
 as the endpoint controller writes it (``write_endpoint_route``), with the replicas
 ``serving``; the proxy probes them before the clock starts. Goals: jobgate >= 0.5x
@@ -185,7 +187,11 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     if not tools["wrk"]:
         return {"not_measured": "wrk is missing", "missing": missing}
     wrk = tools["wrk"]
+    # throughput: wrk with --connections; latency: one connection, one request at a time
+    # (the latency a request gains, not the queueing of a saturated proxy)
+    single = argparse.Namespace(**{**vars(args), "connections": 1, "wrk_threads": 1})
     samples: dict[str, list[dict[str, Any]]] = {}
+    single_samples: dict[str, list[dict[str, Any]]] = {}
     with overhead_targets(args, tools) as found:
         for url, headers, _ in found.values():
             check(url, headers)
@@ -195,17 +201,30 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
                 sample = bench.measured(pid, "req_per_s", run)
                 samples.setdefault(name, []).append(sample)
                 bench.log(f"round {number} {name}: {sample}")
+                run = partial(bench.run_wrk, wrk, url + "/small", single, None, headers)
+                sample = bench.measured(None, "req_per_s", run)
+                single_samples.setdefault(name, []).append(sample)
+                bench.log(f"round {number} {name}, one connection: {sample}")
     http = {name: bench.median_of(s) for name, s in samples.items()}
+    one = {name: bench.median_of(s) for name, s in single_samples.items()}
     jobgate, nginx, direct = http.get("jobgate"), http.get("nginx"), http.get("direct")
-    p50_overhead = round(jobgate["p50_ms"] - direct["p50_ms"], 3) if jobgate and direct else None
+
+    def added_p50(name: str) -> float | None:
+        if name not in one or "direct" not in one:
+            return None
+        return round(one[name]["p50_ms"] - one["direct"]["p50_ms"], 3)
+
+    p50_overhead = added_p50("jobgate")
     vs_nginx = bench.ratio(jobgate, nginx, "req_per_s")
     return {
         "replicas": args.replicas,
         "missing": missing,
         "http": http,
+        "one_connection": one,
         "jobgate_vs_nginx_req_per_s": vs_nginx,
         "jobgate_vs_direct_req_per_s": bench.ratio(jobgate, direct, "req_per_s"),
         "p50_overhead_ms": p50_overhead,
+        "p50_overhead_nginx_ms": added_p50("nginx"),
         "goals": {
             "req_per_s_ge_half_nginx": vs_nginx is not None and vs_nginx >= 0.5,
             "p50_overhead_le_1ms": p50_overhead is not None and p50_overhead <= 1.0,
