@@ -23,7 +23,8 @@ who reads it.
 | ``jobgate:endpoint-ready:{endpoint}`` | hash (session → health) | app proxy | gateway |
 | ``jobgate:endpoint-load:{endpoint}`` | hash (proxy → load), TTL | app proxy | autoscaler |
 | ``jobgate:endpoint-wake:{endpoint}`` | string, TTL | app proxy | gateway (controller) |
-| ``jobgate:endpoint-wakes`` | pub/sub | app proxy | gateway (controller) |
+| ``jobgate:endpoint-wakes`` | pub/sub | app proxy, gateway API | gateway (controller) |
+| ``jobgate:endpoint-controller`` | string, TTL | endpoint controller (leader) | schedulers |
 | ``start:{kernel}``, ``stop:{kernel}``, ``schedule:{group}`` | arq job ids | | |
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "ACTIVITY_KEY_PREFIX",
     "CONSOLE_SESSION_PREFIX",
     "ENDPOINT_CHANNEL",
+    "ENDPOINT_LEADER_KEY",
     "ENDPOINT_WAKE_CHANNEL",
     "EVENTS_QUEUE",
     "HEARTBEAT_PREFIX",
@@ -160,3 +162,7 @@ def endpoint_load_key(endpoint_id: str) -> str:
 def endpoint_wake_key(endpoint_id: str) -> str:
     """Set (NX, with a TTL) by a proxy holding a request while no replica is ready."""
     return f"jobgate:endpoint-wake:{endpoint_id}"
+
+
+#: the endpoint controller's leader lease (value: the holder's random id)
+ENDPOINT_LEADER_KEY: Final = "jobgate:endpoint-controller"

@@ -27,6 +27,7 @@ from gateway.api import problems
 from gateway.api.routes import (
     apps,
     blobs,
+    endpoints,
     groups,
     health,
     images,
@@ -122,6 +123,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         groups,
         internal,
         blobs,
+        endpoints,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES

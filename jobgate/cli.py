@@ -27,7 +27,7 @@ import typer
 
 from contract.version import VERSION
 from jobgate.client import ApiError
-from jobgate.commands import admin, apps, config, db, nodes, serve, service, sessions
+from jobgate.commands import admin, apps, config, db, endpoints, nodes, serve, service, sessions
 from jobgate.commands.common import close_clients
 from jobgate.commands.run import run
 from jobgate.commands.up import up
@@ -83,6 +83,7 @@ app.command(
     context_settings={"allow_interspersed_args": False},
 )(run)
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(endpoints.app, name="endpoints")
 app.add_typer(nodes.app, name="nodes")
 app.add_typer(apps.apps_app, name="apps")
 app.add_typer(apps.images_app, name="images")

@@ -228,8 +228,9 @@ class NodeAgent:
     async def _with_apps(
         self, job: StartKernel, spec: KernelSpec
     ) -> tuple[KernelSpec, list[WireApp]]:
-        """An interactive session's apps: the registry's, else the image's label."""
-        if job.session_type != "interactive":
+        """An interactive session's apps: the registry's, else the image's label; an
+        inference replica's one app (its server port)."""
+        if job.session_type not in ("interactive", "inference"):
             return spec, []
         if job.apps:
             apps = [App(a.name, a.port, a.protocol, a.start, a.strip_prefix) for a in job.apps]

@@ -4,6 +4,8 @@
 
     users ──< api_keys              projects ──< project_members >── users
       │                             resource_policies (per user / per project)
+      ├──< endpoints ──< endpoint_revisions, endpoint_tokens, endpoint_events
+      │       └──< sessions (replicas: type inference, endpoint_id + revision + index)
       └──< sessions ──< kernels >── nodes          resource_groups ──< nodes
               │   └──< session_status_history
               ├──< session_dependencies
@@ -51,6 +53,10 @@ from gateway.domain.status import TERMINAL
 __all__ = [
     "ApiKey",
     "Base",
+    "Endpoint",
+    "EndpointEvent",
+    "EndpointRevision",
+    "EndpointToken",
     "Image",
     "Kernel",
     "Node",
@@ -269,6 +275,15 @@ class Session(Base):
     lost_node: Mapped[str | None] = mapped_column(String(128), default=None)
     #: apps it serves: name -> {"port", "protocol", "strip_prefix", "start"}
     apps: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: an inference endpoint's replica: its endpoint, revision and replica number, and
+    #: its place in the rollout (starting | serving | draining; contract.endpoints)
+    endpoint_id: Mapped[str | None] = mapped_column(
+        ForeignKey("endpoints.id", ondelete="SET NULL"), default=None, index=True
+    )
+    endpoint_revision: Mapped[int | None] = mapped_column(Integer, default=None)
+    replica_index: Mapped[int | None] = mapped_column(Integer, default=None)
+    replica_state: Mapped[str | None] = mapped_column(String(16), default=None)
+    replica_state_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column(default=None)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -359,3 +374,108 @@ class Image(Base):
     apps: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+# ---- inference endpoints ---------------------------------------------------------------
+#: the rows ``uq_endpoints_live_name`` covers: endpoints not deleted
+LIVE_ENDPOINT_WHERE = "deleted_at IS NULL"
+
+
+class Endpoint(Base):
+    """One stable URL in front of replicas; its name is unique among live endpoints."""
+
+    __tablename__ = "endpoints"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "idempotency_key", name="uq_endpoints_idempotency"),
+        Index(
+            "uq_endpoints_live_name",
+            "name",
+            unique=True,
+            postgresql_where=text(LIVE_ENDPOINT_WHERE),
+            sqlite_where=text(LIVE_ENDPOINT_WHERE),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(40))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    public: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: the revision that should serve (a rollout moves towards it)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    #: the newest revision that became ready (where an automatic rollback goes)
+    stable_revision: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: AutoscaleSettings (gateway.domain.autoscale) as JSON: min, max, targets, windows
+    autoscale: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: the controller's latest decision, and its backoff after failed replicas
+    desired_replicas: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    retry_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_failure: Mapped[str] = mapped_column(Text, default="")
+    #: HEALTHY | DEGRADED | UNAVAILABLE | SCALED_TO_ZERO | DEPLOYING
+    status: Mapped[str] = mapped_column(String(16), default="DEPLOYING")
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    request_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class EndpointRevision(Base):
+    """What a replica runs; every update adds one, none is ever changed or removed."""
+
+    __tablename__ = "endpoint_revisions"
+
+    endpoint_id: Mapped[str] = mapped_column(
+        ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    image: Mapped[str | None] = mapped_column(String(512), default=None)
+    command: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"argv": [...]}
+    port: Mapped[int] = mapped_column(Integer)
+    resources: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    working_dir: Mapped[str | None] = mapped_column(String(71), default=None)
+    resource_group: Mapped[str] = mapped_column(String(64), default="default")
+    #: contract.endpoints.Probe as JSON
+    probe: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: RolloutSettings (gateway.domain.rollout) and the proxy's per-replica limits
+    rollout: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: active | rolled-back (never became ready) ; why, in words
+    state: Mapped[str] = mapped_column(String(16), default="active")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EndpointToken(Base):
+    """A bearer token for one endpoint; only its SHA-256 is kept."""
+
+    __tablename__ = "endpoint_tokens"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    endpoint_id: Mapped[str] = mapped_column(
+        ForeignKey("endpoints.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(64), default="")
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class EndpointEvent(Base):
+    """What the controller (or a user) did to an endpoint, why, and from which inputs."""
+
+    __tablename__ = "endpoint_events"
+    __table_args__ = (Index("ix_endpoint_events_endpoint", "endpoint_id", "id"),)
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))  # scale | start | drain | stop | rollback …
+    message: Mapped[str] = mapped_column(Text, default="")
+    inputs: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

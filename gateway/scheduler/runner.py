@@ -3,7 +3,9 @@
 * ``schedule(group)`` jobs, coalesced by job id ``schedule:{group}``, run passes while
   new work keeps arriving;
 * a cron ``tick`` every ``tick_interval_s`` runs a pass for every group with pending
-  sessions (start times that passed, anything a lost request missed) and the reconciler.
+  sessions (start times that passed, anything a lost request missed) and the reconciler;
+* the inference endpoint controller's loop (``gateway.endpoints.controller``; one leader
+  among all scheduler processes, by a Redis lease).
 
 Several schedulers may run at once: the plan applier's row locks keep them from ever
 over-committing a node.
@@ -23,6 +25,7 @@ from contract.arq import make_worker
 from contract.keys import SCHEDULER_QUEUE
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
+from gateway.endpoints.controller import EndpointController
 from gateway.metrics import MetricsServer, SchedulerMetrics
 from gateway.queue import connect
 from gateway.reconciler import Reconciler
@@ -83,11 +86,17 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
         ctx=ctx,
     )
     main = asyncio.ensure_future(worker.async_run())
+    # inference endpoints: every scheduler process runs the loop, the lease holder acts
+    endpoints_stop = asyncio.Event()
+    endpoints = asyncio.create_task(EndpointController(db, pool, settings).run(endpoints_stop))
     try:
         await asyncio.shield(main)
     except asyncio.CancelledError:
         pass
     finally:
+        endpoints_stop.set()
+        endpoints.cancel()
+        await asyncio.gather(endpoints, return_exceptions=True)
         await queue.stop(worker, main)
         await server.close()
         await pool.aclose()

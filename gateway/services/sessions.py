@@ -122,6 +122,18 @@ class SessionService:
         await request_schedule(self.pool, session.resource_group)
         return Created(session, created=True, details=details)
 
+    async def check_replica(
+        self, db: AsyncSession, body: SessionCreate
+    ) -> tuple[ResourceSlots, str | None]:
+        """An endpoint replica's request, checked as a session's would be (sizes, working
+        dir, resources, feasibility, group): its slots with the defaults, and its image."""
+        self._check_sizes(body)
+        self._check_working_dir(body)
+        resources = await self._resources(db, body.resources)
+        image = await self._feasible(db, body, resources)
+        await self._check_group(db, body.resource_group)
+        return resources, image
+
     def _check_sizes(self, body: SessionCreate) -> None:
         env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
         if env_bytes > self.settings.max_env_bytes:

@@ -80,6 +80,17 @@ MATRIX: dict[str, str] = {
     "GET /v1/blobs/{digest}": NODE,
     # worker nodes
     "POST /v1/internal/kernels/{kernel_id}/logs": NODE,
+    # inference endpoints (by name; someone else's is "no endpoint NAME")
+    "POST /v1/endpoints": USER,
+    "GET /v1/endpoints": USER,
+    "GET /v1/endpoints/{name}": OWNER,
+    "DELETE /v1/endpoints/{name}": OWNER,
+    "POST /v1/endpoints/{name}/scale": OWNER,
+    "POST /v1/endpoints/{name}/revisions": OWNER,
+    "POST /v1/endpoints/{name}/rollback": OWNER,
+    "POST /v1/endpoints/{name}/tokens": OWNER,
+    "GET /v1/endpoints/{name}/tokens": OWNER,
+    "DELETE /v1/endpoints/{name}/tokens/{token_id}": OWNER,
 }
 
 KEYLESS = ("anonymous", "wrong key", "revoked key", "node token")
@@ -112,6 +123,7 @@ async def world(stack: Stack) -> World:
         r = await admin.delete(f"/v1/users/bob/keys/{doomed['id']}")
         assert r.status_code == 204, r.text
     session = await stack.submit(alice, command=["true"], project="lab")
+    await _endpoint(stack, alice)
     return World(
         keys={
             "anonymous": "",
@@ -134,8 +146,16 @@ async def world(stack: Stack) -> World:
             "kernel_id": "no-such-kernel",
             "key_id": spare["id"],
             "digest": "sha256:" + "0" * 64,
+            "endpoint": "alices",
+            "token_id": "no-such-token",
         },
     )
+
+
+async def _endpoint(stack: Stack, key: str) -> None:
+    async with stack.client(key) as api:
+        r = await api.post("/v1/endpoints", json={"name": "alices", "port": 8000})
+        assert r.status_code == 201, r.text
 
 
 def expected(rule: str, principal: str) -> set[int] | None:
@@ -156,7 +176,8 @@ def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
         return False
     want = expected(rule, principal)
     body = r.json() if r.content else {}  # HEAD answers carry no body
-    hidden = r.status_code == 404 and body.get("detail", "").startswith("no session")
+    detail = body.get("detail", "") if isinstance(body, dict) else ""
+    hidden = r.status_code == 404 and detail.startswith(("no session", "no endpoint"))
     if want is not None:
         # someone else's session is answered exactly as one that does not exist
         return r.status_code in want and (rule != OWNER or principal in KEYLESS or hidden)
@@ -181,15 +202,20 @@ async def test_every_route_answers_every_principal_by_its_rule(stack: Stack) -> 
     # the principals that may change things go last, so the others see the world intact
     order = list(w.keys)
     wrong: list[str] = []
-    for entry in sorted(MATRIX):
+    # deleting the endpoint goes last: the rows after it need it to exist
+    for entry in sorted(sorted(MATRIX), key=lambda e: e == "DELETE /v1/endpoints/{name}"):
         method, template = entry.split(" ", 1)
         name_values = dict(w.values)
         if template.startswith("/v1/users/{name}"):
             name_values["name"] = "alice"  # the owner's own keys
+        if template.startswith("/v1/endpoints/{name}"):
+            name_values["name"] = name_values["endpoint"]  # alice's endpoint
         path = template.format(**name_values)
         rule = MATRIX[entry]
         for principal in order:
             r = await call(stack, w.keys[principal], method, path)
+            if entry == "DELETE /v1/endpoints/{name}" and r.status_code == 202:
+                await _endpoint(stack, w.keys["owner"])  # the next principal needs it
             if not verdict(rule, principal, r):
                 wrong.append(f"{entry} as {principal}: {r.status_code} {r.text[:120]}")
             if r.status_code in (401, 403, 404):

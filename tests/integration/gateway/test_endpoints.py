@@ -1,0 +1,377 @@
+"""Inference endpoints' control plane against real PostgreSQL, Redis and HTTP.
+
+The data plane (the app proxy) is not here: where a proxy would probe a replica or
+report load, the test writes the same contract records to Redis itself, and replicas
+"run" by having their rows moved as a worker's events would (no runtime publishes a
+port without Podman; the Podman path is tests/e2e/test_endpoints.py's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from harness import Stack
+from redis.asyncio import Redis
+from sqlalchemy import select, update
+
+from contract.endpoints import EndpointRoute, ReplicaHealth
+from contract.keys import (
+    ENDPOINT_WAKE_CHANNEL,
+    endpoint_ready_key,
+    endpoint_route_key,
+    endpoint_wake_key,
+)
+from gateway.db.engine import create_engine, create_session_factory
+from gateway.db.models import Endpoint, Kernel, Node, Session
+from gateway.endpoints.leader import Leader
+
+BODY = {"name": "demo", "port": 8000, "command": ["serve"], "resources": {"cpu": "0.1"}}
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
+    """The first truthy result of *check*, polled (the controller ticks each second)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"never happened; last: {last!r}")
+
+
+async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) -> None:
+    alice = await stack.create_user("alice")
+    bad = [
+        ({**BODY, "name": "Bad_Name"}, "name"),
+        ({**BODY, "name": "a--b"}, "name"),
+        ({**BODY, "name": "x" * 41}, "name"),
+        ({**BODY, "port": 0}, "port"),
+        ({**BODY, "port": 70000}, "port"),
+        ({**BODY, "autoscale": {"min_replicas": 3, "max_replicas": 2}}, "min_replicas"),
+        ({**BODY, "replicas": 2}, "replicas"),
+        ({**BODY, "probe": {"path": "ping"}}, "probe"),
+        ({**BODY, "image": "NOT AN IMAGE"}, "image"),
+        ({**BODY, "resources": {"cpu": "lots"}}, "resources"),
+        ({**BODY, "working_dir": "sha256:" + "0" * 64}, "working_dir"),
+        ({**BODY, "rollout": {"max_surge": 0, "max_unavailable": 0}}, "rollout"),
+    ]
+    async with stack.client(alice) as api:
+        for body, field in bad:
+            r = await api.post("/v1/endpoints", json=body)
+            assert r.status_code == 422, (body, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert field in r.text, (field, r.text)
+        assert (await api.get("/v1/endpoints")).json() == []
+        r = await api.post("/v1/endpoints/nope/scale", json={"min_replicas": 3, "max_replicas": 1})
+        assert r.status_code in (404, 422)
+    engine = create_engine(stack.settings.effective_database_url)
+    try:
+        async with create_session_factory(engine)() as db:
+            assert (await db.execute(select(Endpoint))).first() is None
+    finally:
+        await engine.dispose()
+
+
+async def test_owner_tokens_idempotency_and_another_user(stack: Stack) -> None:
+    alice = await stack.create_user("alice")
+    bob = await stack.create_user("bob")
+    async with stack.client(alice) as api:
+        r = await api.post("/v1/endpoints", json=BODY, headers={"Idempotency-Key": "k1"})
+        assert r.status_code == 201, r.text
+        made = r.json()
+        assert made["url"] == "http://127.0.0.1:8421/e/demo/"
+        assert (made["revision"], made["current"]["port"]) == (1, 8000)
+        again = await api.post("/v1/endpoints", json=BODY, headers={"Idempotency-Key": "k1"})
+        assert again.status_code == 200
+        assert again.json()["id"] == made["id"]
+        taken = await api.post("/v1/endpoints", json=BODY)
+        assert taken.status_code == 409
+        assert "taken" in taken.json()["detail"]
+
+        r = await api.post("/v1/endpoints/demo/tokens", json={"name": "ci", "expires": "1h"})
+        assert r.status_code == 201, r.text
+        token = r.json()
+        assert token["token"].startswith("jge_")
+        assert token["expires_at"] is not None
+        listed = (await api.get("/v1/endpoints/demo/tokens")).json()
+        assert [t["id"] for t in listed] == [token["id"]]
+        assert "token" not in listed[0]
+        bad = await api.post("/v1/endpoints/demo/tokens", json={"expires": "soon"})
+        assert bad.status_code == 422
+
+        # the route the proxies read carries the token's digest only, then not at all
+        redis = Redis.from_url(stack.redis_url)
+        try:
+
+            async def route() -> EndpointRoute | None:
+                raw = await redis.get(endpoint_route_key("demo"))
+                return EndpointRoute.from_json(raw) if raw else None
+
+            with_token = await eventually(
+                lambda: _has(route, lambda x: [t.id for t in x.tokens] == [token["id"]])
+            )
+            assert token["token"] not in with_token.to_json()
+            r = await api.delete(f"/v1/endpoints/demo/tokens/{token['id']}")
+            assert r.status_code == 204
+            await eventually(lambda: _has(route, lambda x: x.tokens == ()))
+        finally:
+            await redis.aclose()
+        listed = (await api.get("/v1/endpoints/demo/tokens")).json()
+        assert listed[0]["revoked_at"] is not None
+
+    async with stack.client(bob) as other:
+        for method, path in [
+            ("GET", "/v1/endpoints/demo"),
+            ("POST", "/v1/endpoints/demo/scale"),
+            ("GET", "/v1/endpoints/demo/tokens"),
+            ("DELETE", "/v1/endpoints/demo"),
+        ]:
+            body = {"replicas": 2} if method == "POST" else None
+            r = await other.request(method, path, json=body)
+            assert r.status_code == 404, (path, r.text)
+            assert r.json()["detail"] == "no endpoint demo"
+        assert (await other.get("/v1/endpoints")).json() == []
+
+
+async def _has(
+    get: Callable[[], Awaitable[EndpointRoute | None]], ok: Callable[[EndpointRoute], bool]
+) -> EndpointRoute | None:
+    route = await get()
+    return route if route is not None and ok(route) else None
+
+
+class Cluster:
+    """Moves replica rows as a worker's events would, and answers for the proxy."""
+
+    def __init__(self, stack: Stack, redis: Redis) -> None:
+        self.engine = create_engine(stack.settings.effective_database_url)
+        self.db = create_session_factory(self.engine)
+        self.redis = redis
+
+    async def start_node(self) -> None:
+        async with self.db() as db, db.begin():
+            db.add(
+                Node(
+                    id="fake-node",
+                    address="127.0.0.1",
+                    queue="q",
+                    runtime="sim",
+                    capacity={"cpu": "16", "mem": str(64 * 2**30)},
+                )
+            )
+
+    async def run(self, session_id: str, port: int) -> None:
+        async with self.db() as db, db.begin():
+            await db.execute(
+                update(Session)
+                .where(Session.id == session_id)
+                .values(status="RUNNING", status_reason="running", pending_reason="")
+            )
+            await db.execute(
+                update(Kernel)
+                .where(Kernel.session_id == session_id)
+                .values(status="running", node_id="fake-node", ports={"inference": port})
+            )
+
+    async def end(self, session_id: str, status: str, reason: str) -> None:
+        async with self.db() as db, db.begin():
+            await db.execute(
+                update(Session)
+                .where(Session.id == session_id)
+                .values(status=status, status_reason=reason)
+            )
+
+    async def probe(self, endpoint_id: str, session_id: str, ready: bool, why: str = "") -> None:
+        health = ReplicaHealth(ready=ready, at=time.time(), reason=why, proxy_id="test")
+        await self.redis.hset(endpoint_ready_key(endpoint_id), session_id, health.model_dump_json())  # type: ignore[misc]
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+async def _show(api: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    r = await api.get(f"/v1/endpoints/{name}")
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Stack) -> None:
+    alice = await stack.create_user("alice")
+    redis = Redis.from_url(stack.redis_url)
+    cluster = Cluster(stack, redis)
+    try:
+        await cluster.start_node()
+        async with stack.client(alice) as api:
+            body = {**BODY, "autoscale": {"min_replicas": 2, "max_replicas": 2}}
+            body["probe"] = {"path": "/ping", "interval_s": 1}
+            r = await api.post("/v1/endpoints", json=body)
+            assert r.status_code == 201, r.text
+            eid = r.json()["id"]
+
+            # two replica sessions appear; nothing places them (no live node): DEPLOYING
+            async def two_pending() -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                return e if len(e["replicas"]) == 2 and "pending" in e["status_reason"] else None
+
+            e = await eventually(two_pending)
+            assert e["status"] == "DEPLOYING"
+            assert "pending" in e["status_reason"]
+            assert {r["index"] for r in e["replicas"]} == {0, 1}
+            assert [ev["kind"] for ev in e["events"]].count("start") == 1
+            first = {r["index"]: r["session_id"] for r in e["replicas"]}
+
+            # they run and the proxy finds them ready: serving, HEALTHY, in the route
+            for index, sid in first.items():
+                await cluster.run(sid, 9000 + index)
+                await cluster.probe(eid, sid, ready=True)
+
+            async def healthy() -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                return e if e["status"] == "HEALTHY" else None
+
+            e = await eventually(healthy)
+            assert e["ready_replicas"] == 2
+            assert e["stable_revision"] == 1
+            assert {r["state"] for r in e["replicas"]} == {"serving"}
+            route = EndpointRoute.from_json(await redis.get(endpoint_route_key("demo")))
+            assert sorted(r.upstream or "" for r in route.replicas) == [
+                "http://127.0.0.1:9000",
+                "http://127.0.0.1:9001",
+            ]
+            assert route.probe.path == "/ping"
+
+            # one stops answering its probe: DEGRADED, naming it and why
+            await cluster.probe(eid, first[1], ready=False, why="HTTP 500 from /ping")
+
+            async def degraded() -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                return e if e["status"] == "DEGRADED" else None
+
+            e = await eventually(degraded)
+            assert "replica 1" in e["status_reason"]
+            assert "HTTP 500 from /ping" in e["status_reason"]
+
+            # it dies: the controller notes why and starts a replacement (after backoff)
+            await cluster.end(first[1], "FAILED", "exited with 137")
+
+            async def replaced() -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                ids = {r["index"]: r["session_id"] for r in e["replicas"]}
+                return e if ids.get(1) not in (None, first[1]) else None
+
+            e = await eventually(replaced)
+            failed = [ev for ev in e["events"] if ev["kind"] == "replica-failed"]
+            assert "exited with 137" in failed[0]["message"]
+            assert failed[0]["inputs"]["backoff_s"] == 1.0
+
+            # a new revision: one surge replica of revision 2, the old ones keep serving
+            update_body = {**{k: v for k, v in BODY.items() if k != "name"}, "env": {"V": "2"}}
+            r = await api.post("/v1/endpoints/demo/revisions", json=update_body)
+            assert r.status_code == 200, r.text
+            assert r.json()["revision"] == 2
+
+            async def surging() -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                return e if any(r["revision"] == 2 for r in e["replicas"]) else None
+
+            e = await eventually(surging)
+            assert e["status"] in ("DEPLOYING", "DEGRADED")
+            assert [r["state"] for r in e["replicas"] if r["index"] == 0] == ["serving"]
+
+            # roll back by hand: revision 1 again, revision 2's replica stops
+            r = await api.post("/v1/endpoints/demo/rollback", json={})
+            assert r.status_code == 200, r.text
+            assert r.json()["revision"] == 1
+
+            async def rev2_gone() -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                return e if all(r["revision"] == 1 for r in e["replicas"]) else None
+
+            await eventually(rev2_gone)
+            assert [x["number"] for x in (await _show(api, "demo"))["revisions"]] == [1, 2]
+
+            # delete: the route goes, the replicas stop, the name is free again
+            r = await api.delete("/v1/endpoints/demo")
+            assert r.status_code == 202
+            assert await redis.get(endpoint_route_key("demo")) is None
+            assert (await api.get("/v1/endpoints/demo")).status_code == 404
+            for sid in first.values():
+                s = await stack.get(sid, alice)
+                assert s["status"] in ("TERMINATING", "TERMINATED", "CANCELLED", "FAILED")
+
+            # min 0: scaled to zero, the route has no replicas; a wake asks for one
+            zero = {
+                **BODY,
+                "name": "zero",
+                "autoscale": {
+                    "min_replicas": 0,
+                    "max_replicas": 3,
+                    "target_concurrency": 1,
+                    "scale_down_delay_s": 0,
+                    "idle_to_zero_s": 0,
+                },
+            }
+            zid = (await api.post("/v1/endpoints", json=zero)).json()["id"]
+
+            async def at_zero() -> dict[str, Any] | None:
+                e = await _show(api, "zero")
+                return e if e["status"] == "SCALED_TO_ZERO" else None
+
+            await eventually(at_zero)
+            raw = await redis.get(endpoint_route_key("zero"))
+            assert EndpointRoute.from_json(raw).replicas == ()
+            # a burst of held requests: one wake key (SET NX), many messages
+            for _ in range(5):
+                await redis.set(endpoint_wake_key(zid), str(time.time()), nx=True, ex=60)
+                await redis.publish(ENDPOINT_WAKE_CHANNEL, zid)
+
+            async def woken() -> dict[str, Any] | None:
+                e = await _show(api, "zero")
+                return e if e["replicas"] else None
+
+            e = await eventually(woken, timeout=10)
+            await asyncio.sleep(1.5)  # more ticks with the key still set
+            e = await _show(api, "zero")
+            assert len(e["replicas"]) == 1
+            assert e["desired_replicas"] == 1
+            scale = [ev for ev in e["events"] if ev["kind"] == "scale"]
+            assert "woken" in scale[0]["message"]
+            assert scale[0]["inputs"]["woken"] is True
+            # the replica becomes ready: the wake key is cleared
+            sid = e["replicas"][0]["session_id"]
+            await cluster.run(sid, 9100)
+            await cluster.probe(zid, sid, ready=True)
+            await eventually(lambda: _missing(redis, endpoint_wake_key(zid)))
+    finally:
+        await cluster.close()
+        await redis.aclose()
+
+
+async def _missing(redis: Redis, key: str) -> bool:
+    return not await redis.exists(key)
+
+
+@pytest.mark.usefixtures("redis_url")
+async def test_one_leader_at_a_time(redis_url: str) -> None:
+    redis = Redis.from_url(redis_url)
+    try:
+        key = f"test-leader-{time.monotonic_ns()}"
+        a, b = Leader(redis, ttl_s=5, key=key), Leader(redis, ttl_s=5, key=key)
+        assert await a.acquire()
+        assert not await b.acquire()
+        assert await a.still_mine()
+        await b.release()  # not the holder: changes nothing
+        assert await a.still_mine()
+        await a.release()
+        assert not await a.still_mine()
+        assert await b.acquire()
+        assert not await a.acquire()
+    finally:
+        await redis.aclose()
