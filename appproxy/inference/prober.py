@@ -7,7 +7,9 @@
 
 A replica the controller lists as ``serving`` is probed at once (it was ready before
 this proxy saw it: a restart must not wait out an initial delay); a ``starting`` one
-after ``initial_delay_s``. With the default thresholds a replica that stops answering
+after ``initial_delay_s``. Until its first success (for at most a minute) a replica is probed
+every 50 ms rather than every ``interval_s``: the first request after zero waits for the server,
+not for the probe's clock. With the default thresholds a replica that stops answering
 leaves rotation within two probe intervals; one whose port refuses a request leaves at
 once, and one that breaks off a request is probed at once (a failed probe then takes
 it out: a replica killed under load stops getting requests within milliseconds). Every
@@ -40,6 +42,8 @@ __all__ = ["ReadinessProber"]
 log = logging.getLogger(__name__)
 
 _USER_AGENT: Final = b"jobgate-proxy-probe"
+_STARTUP_INTERVAL: Final = 0.05  # seconds between probes until a replica is first ready
+_STARTUP_FOR: Final = 60.0  # ... for at most this long (then interval_s: a broken server)
 _HASH_TTL_PROBES: Final = 30  # the readiness hash lives this many probe intervals unrefreshed
 
 
@@ -106,6 +110,7 @@ class ReadinessProber:
         if replica.state == "starting" and probe.initial_delay_s > 0:
             await asyncio.sleep(probe.initial_delay_s)
         successes = failures = 0
+        ever_ready = False
         while True:
             probe = endpoint.route.probe  # settings may change with a route update
             started = time.monotonic()
@@ -124,7 +129,13 @@ class ReadinessProber:
                     if not replica.ready:
                         replica.reason = reason
                     self._report(endpoint, replica)
-            await asyncio.sleep(max(0.0, probe.interval_s - (time.monotonic() - started)))
+            # until its first success a replica is starting up: probe it often, so that the
+            # first request after zero does not wait out a whole interval
+            ever_ready = ever_ready or replica.ready
+            interval = probe.interval_s
+            if not ever_ready and time.monotonic() - replica.seen_at < _STARTUP_FOR:
+                interval = min(interval, _STARTUP_INTERVAL)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _probe_once(self, replica: Replica, path: str, timeout: float) -> str | None:
         """None when the replica answered 2xx/3xx, else why not."""

@@ -357,8 +357,8 @@ async def test_retry_on_refused_connection(proxy: Proxy, start_replica: StartRep
         await publish(proxy.redis, route(*only_killed, probe=slow_probe))
         await ready(proxy.redis, killed)
         await eventually(lambda: _ready_count(proxy, 1), what="only killed in rotation")
-        in_flight = asyncio.create_task(
-            client.get("/e/iris/x?delay_ms=5000", headers=bearer(TOKEN))
+        in_flight = asyncio.create_task(  # a POST: not re-sent elsewhere when it breaks
+            client.post("/e/iris/x?delay_ms=5000", headers=bearer(TOKEN), content=b"x")
         )
         await eventually(lambda: _in_flight(proxy, killed.session_id), what="a request on it")
         await publish(proxy.redis, route(killed.target(), b.target(index=1), probe=slow_probe))
