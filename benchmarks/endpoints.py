@@ -14,8 +14,13 @@ as the endpoint controller writes it (``write_endpoint_route``), with the replic
 ``serving``; the proxy probes them before the clock starts. Goals: jobgate >= 0.5x
 nginx's req/s, p50 <= 1 ms over direct.
 
-**Cold start, scale-up step, rolling update** need the endpoint controller (``jobgate
-up``): they are reported as ``not_measured`` with the reason until that runs here.
+**Cold start** (``cold_start``, process runtime): ``jobgate up --runtime process`` in a
+temporary directory; an endpoint running ``scripts/httpbench.py`` with ``--min 0`` and
+a one-second idle window; each round waits until it is SCALED_TO_ZERO (its server gone),
+then times one request through the endpoint URL to its answer: the proxy holds it, wakes
+the controller, the scheduler places a replica, the worker starts it, the proxy probes
+it ready. Goal <= 1 s (Knative hello-world: 2-4 s). **Scale-up step and rolling
+update** are not measured by this script yet (``not_measured``).
 
 Helpers (wrk and nginx on first use, process handling, Redis, medians) come from
 benchmarks/proxy.py. Progress goes to stderr; the last line of stdout is one JSON object.
@@ -30,6 +35,9 @@ import asyncio
 import json
 import os
 import shutil
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +46,8 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -169,7 +179,6 @@ def overhead_targets(
 
 
 def check(url: str, headers: tuple[str, ...]) -> None:
-    import httpx
 
     sent = dict(h.split(": ", 1) for h in headers)
     response = httpx.get(url + "/small", headers=sent)
@@ -233,9 +242,131 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def needs_controller(part: str) -> dict[str, Any]:
-    """Cold start, scale-up and rolling update run against ``jobgate up`` with the
-    endpoint controller; this branch has only the proxy's side."""
-    return {"not_measured": f"{part} needs the endpoint controller (jobgate up)"}
+    """Parts not measured by this script yet (they need a load generator of their own
+    against a ``jobgate up`` stack with several replicas)."""
+    return {"not_measured": f"{part}: not measured by this script yet"}
+
+
+# ---- cold start: jobgate up (process runtime), an endpoint at zero, the first request ----
+class Stack:
+    """``jobgate up --runtime process`` in a temporary directory on free ports."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port, self.proxy_port = free_port(), free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.api: httpx.Client | None = None
+
+    def __enter__(self) -> Stack:
+        data = self.root / "data"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
+        argv = [sys.executable, "-m", "jobgate", "up", "--data-dir", str(data), "--runtime"]
+        argv += ["process", "--port", str(self.port), "--proxy-port", str(self.proxy_port)]
+        log_path = self.root / "up.log"
+        with log_path.open("wb") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while "ready." not in log_path.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("jobgate up did not start:\n" + log_path.read_text()[-2000:])
+            time.sleep(0.2)
+        key = (data / "admin.key").read_text().strip()
+        self.api = httpx.Client(
+            base_url=f"http://127.0.0.1:{self.port}",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.api is not None:
+            self.api.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # the process this script started, nothing else
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _status(api: httpx.Client, name: str) -> dict[str, Any]:
+    answer: dict[str, Any] = api.get(f"/v1/endpoints/{name}").raise_for_status().json()
+    return answer
+
+
+def _until(check: Any, what: str, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.1)
+
+
+def cold_start(args: argparse.Namespace) -> dict[str, Any]:
+    """From zero replicas to the first answer through the endpoint URL, process runtime."""
+    root = Path(tempfile.mkdtemp(prefix="jobgate-bench-cold-"))
+    seconds: list[float] = []
+    try:
+        with Stack(root) as stack:
+            assert stack.api is not None
+            api = stack.api
+            port = free_port()
+            server = [sys.executable, str(ROOT / "scripts" / "httpbench.py")]
+            server += ["--host", "127.0.0.1", "--port", str(port)]
+            body = {
+                "name": "cold",
+                "command": server,
+                "port": port,
+                "probe": {"path": "/ping"},
+                "autoscale": {
+                    "min_replicas": 0,
+                    "max_replicas": 1,
+                    "target_concurrency": 8,
+                    "idle_to_zero_s": 1,
+                    "scale_down_delay_s": 0,
+                },
+            }
+            api.post("/v1/endpoints", json=body).raise_for_status()
+            token = api.post("/v1/endpoints/cold/tokens", json={}).raise_for_status().json()
+            url = f"http://127.0.0.1:{stack.proxy_port}/e/cold/ping"
+            headers = {"Authorization": f"Bearer {token['token']}"}
+            for number in range(1, args.cold_rounds + 1):
+                _until(
+                    lambda: (
+                        _status(api, "cold")["status"] == "SCALED_TO_ZERO" and not _port_open(port)
+                    ),
+                    "the endpoint at zero",
+                )
+                started = time.perf_counter()
+                answer = httpx.get(url, headers=headers, timeout=120)
+                took = time.perf_counter() - started
+                if answer.status_code != 200:
+                    raise RuntimeError(
+                        f"cold request answered {answer.status_code} after {took:.1f} s: "
+                        f"{answer.text[:300]}; endpoint: {_status(api, 'cold')}"
+                    )
+                seconds.append(took)
+                bench.log(f"cold start {number}: {took:.3f} s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    ordered = sorted(seconds)
+    return {
+        "runtime": "process",
+        "rounds": len(seconds),
+        "median_s": round(statistics.median(ordered), 3),
+        "max_s": round(ordered[-1], 3),
+        "goal_le_1s": statistics.median(ordered) <= 1.0,
+    }
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def parse_args() -> argparse.Namespace:
@@ -249,6 +380,8 @@ def parse_args() -> argparse.Namespace:
         "--workers", type=int, default=1, help="worker processes for jobgate and nginx alike"
     )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install")
+    parser.add_argument("--cold-rounds", type=int, default=3, help="cold starts (0: none)")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the wrk part")
     parser.add_argument(
         "--isolate",
         action="store_true",
@@ -273,8 +406,8 @@ def main() -> None:
         "rounds": args.rounds,
         "wrk": {"threads": args.wrk_threads, "connections": args.connections},
         "isolated": args.isolate,
-        "overhead": overhead(args),
-        "cold_start": needs_controller("cold start from zero"),
+        "overhead": {"not_measured": "--no-overhead"} if args.no_overhead else overhead(args),
+        "cold_start": cold_start(args) if args.cold_rounds else {"not_measured": "--cold-rounds 0"},
         "scale_up_step": needs_controller("the 8x step"),
         "rolling_update": needs_controller("a rolling update under load"),
         "load_avg_1m": round(os.getloadavg()[0], 2),
