@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -251,8 +252,9 @@ def needs_controller(part: str) -> dict[str, Any]:
 class Stack:
     """``jobgate up --runtime process`` in a temporary directory on free ports."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, runtime: str = "process") -> None:
         self.root = root
+        self.runtime = runtime
         self.port, self.proxy_port = free_port(), free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.api: httpx.Client | None = None
@@ -260,8 +262,10 @@ class Stack:
     def __enter__(self) -> Stack:
         data = self.root / "data"
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
+        if "JOBGATE_PODMAN_SOCKET" in os.environ:
+            env["JOBGATE_PODMAN_SOCKET"] = os.environ["JOBGATE_PODMAN_SOCKET"]
         argv = [sys.executable, "-m", "jobgate", "up", "--data-dir", str(data), "--runtime"]
-        argv += ["process", "--port", str(self.port), "--proxy-port", str(self.proxy_port)]
+        argv += [self.runtime, "--port", str(self.port), "--proxy-port", str(self.proxy_port)]
         log_path = self.root / "up.log"
         with log_path.open("wb") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -363,6 +367,103 @@ def cold_start(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class Load:
+    """``clients`` threads, each sending one request after another (a 100 ms model)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stops: list[threading.Event] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def grow(self, clients: int) -> None:
+        while len(self._threads) < clients:
+            stop = threading.Event()
+            thread = threading.Thread(target=self._run, args=(stop,), daemon=True)
+            thread.start()
+            self._stops.append(stop)
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        for stop in self._stops:
+            stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def _run(self, stop: threading.Event) -> None:
+        with httpx.Client(headers=self.headers, timeout=120) as client:
+            while not stop.is_set():
+                try:
+                    answer = client.post(self.url + "?delay_ms=100", content=b"{}")
+                    failure = "" if answer.status_code == 200 else f"HTTP {answer.status_code}"
+                except httpx.HTTPError as exc:
+                    failure = type(exc).__name__
+                with self._lock:
+                    if failure:
+                        self.failed.append(failure)
+                    else:
+                        self.ok += 1
+
+
+def scale_up_step(args: argparse.Namespace) -> dict[str, Any]:
+    """Rootless Podman: 1 replica at its target concurrency, then 8x the load at once;
+    seconds until the ready replicas meet the target, and requests failed meanwhile."""
+    if not os.environ.get("JOBGATE_PODMAN_SOCKET"):
+        return {"not_measured": "set JOBGATE_PODMAN_SOCKET (rootless Podman) for the step"}
+    target, step = 2, 8
+    root = Path(tempfile.mkdtemp(prefix="jobgate-bench-step-"))
+    try:
+        with Stack(root, runtime="podman") as stack:
+            assert stack.api is not None
+            api = stack.api
+            body = {
+                "name": "step",
+                "image": "localhost/jobgate-httpbench:latest",
+                "port": 8000,
+                "resources": {"cpu": "0.1", "mem": "128m"},
+                "probe": {"path": "/ping", "interval_s": 1.0},
+                "autoscale": {
+                    "min_replicas": 1,
+                    "max_replicas": step,
+                    "target_concurrency": target,
+                },
+            }
+            api.post("/v1/endpoints", json=body).raise_for_status()
+            token = api.post("/v1/endpoints/step/tokens", json={}).raise_for_status().json()
+            _until(lambda: _status(api, "step")["ready_replicas"] >= 1, "one ready replica")
+            load = Load(f"http://127.0.0.1:{stack.proxy_port}/e/step/invocations", token["token"])
+            try:
+                load.grow(target)
+                time.sleep(5.0)  # settled at one replica
+                load.grow(target * step)
+                started = time.perf_counter()
+                _until(
+                    lambda: _status(api, "step")["ready_replicas"] >= step,
+                    "the replicas for 8x the load",
+                    timeout=180,
+                )
+                took = time.perf_counter() - started
+                time.sleep(2.0)
+            finally:
+                load.close()
+            bench.log(f"scale-up step: {took:.1f} s, {load.ok} ok, {len(load.failed)} failed")
+            return {
+                "runtime": "podman",
+                "target_concurrency": target,
+                "replicas": step,
+                "seconds_to_target": round(took, 2),
+                "requests_ok": load.ok,
+                "requests_failed": len(load.failed),
+                "failures": sorted(set(load.failed))[:5],
+                "goal_le_10s_and_no_failures": took <= 10 and not load.failed,
+            }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
@@ -382,6 +483,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install")
     parser.add_argument("--cold-rounds", type=int, default=3, help="cold starts (0: none)")
     parser.add_argument("--no-overhead", action="store_true", help="skip the wrk part")
+    parser.add_argument(
+        "--step", action="store_true", help="the 8x scale-up step (rootless Podman)"
+    )
     parser.add_argument(
         "--isolate",
         action="store_true",
@@ -408,7 +512,7 @@ def main() -> None:
         "isolated": args.isolate,
         "overhead": {"not_measured": "--no-overhead"} if args.no_overhead else overhead(args),
         "cold_start": cold_start(args) if args.cold_rounds else {"not_measured": "--cold-rounds 0"},
-        "scale_up_step": needs_controller("the 8x step"),
+        "scale_up_step": scale_up_step(args) if args.step else {"not_measured": "no --step"},
         "rolling_update": needs_controller("a rolling update under load"),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
