@@ -242,12 +242,6 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def needs_controller(part: str) -> dict[str, Any]:
-    """Parts not measured by this script yet (they need a load generator of their own
-    against a ``jobgate up`` stack with several replicas)."""
-    return {"not_measured": f"{part}: not measured by this script yet"}
-
-
 # ---- cold start: jobgate up (process runtime), an endpoint at zero, the first request ----
 class Stack:
     """``jobgate up --runtime process`` in a temporary directory on free ports."""
@@ -464,6 +458,63 @@ def scale_up_step(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def rolling_update(args: argparse.Namespace) -> dict[str, Any]:
+    """Rootless Podman: 2 replicas under steady load (4 clients), then a new revision;
+    seconds until every replica runs it and the endpoint is HEALTHY, and failed requests."""
+    if not os.environ.get("JOBGATE_PODMAN_SOCKET"):
+        return {"not_measured": "set JOBGATE_PODMAN_SOCKET (rootless Podman) for the update"}
+    root = Path(tempfile.mkdtemp(prefix="jobgate-bench-roll-"))
+    try:
+        with Stack(root, runtime="podman") as stack:
+            assert stack.api is not None
+            api = stack.api
+            body = {
+                "name": "roll",
+                "image": "localhost/jobgate-httpbench:latest",
+                "port": 8000,
+                "resources": {"cpu": "0.1", "mem": "128m"},
+                "env": {"MODEL_VERSION": "1"},
+                "probe": {"path": "/ping", "interval_s": 1.0},
+                "autoscale": {"min_replicas": 2, "max_replicas": 2},
+            }
+            api.post("/v1/endpoints", json=body).raise_for_status()
+            token = api.post("/v1/endpoints/roll/tokens", json={}).raise_for_status().json()
+            _until(lambda: _status(api, "roll")["status"] == "HEALTHY", "two ready replicas")
+            load = Load(f"http://127.0.0.1:{stack.proxy_port}/e/roll/invocations", token["token"])
+            try:
+                load.grow(4)
+                time.sleep(3.0)
+                started = time.perf_counter()
+                update = {"env": {"MODEL_VERSION": "2"}}
+                api.post("/v1/endpoints/roll/revisions", json=update).raise_for_status()
+
+                def rolled() -> bool:
+                    e = _status(api, "roll")
+                    return (
+                        e["revision"] == 2
+                        and e["status"] == "HEALTHY"
+                        and all(r["revision"] == 2 for r in e["replicas"])
+                    )
+
+                _until(rolled, "revision 2 everywhere", timeout=300)
+                took = time.perf_counter() - started
+                time.sleep(2.0)
+            finally:
+                load.close()
+            bench.log(f"rolling update: {took:.1f} s, {load.ok} ok, {len(load.failed)} failed")
+            return {
+                "runtime": "podman",
+                "replicas": 2,
+                "seconds": round(took, 2),
+                "requests_ok": load.ok,
+                "requests_failed": len(load.failed),
+                "failures": sorted(set(load.failed))[:5],
+                "goal_no_failures": not load.failed,
+            }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
@@ -485,6 +536,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-overhead", action="store_true", help="skip the wrk part")
     parser.add_argument(
         "--step", action="store_true", help="the 8x scale-up step (rootless Podman)"
+    )
+    parser.add_argument(
+        "--roll", action="store_true", help="a rolling update under load (rootless Podman)"
     )
     parser.add_argument(
         "--isolate",
@@ -513,7 +567,7 @@ def main() -> None:
         "overhead": {"not_measured": "--no-overhead"} if args.no_overhead else overhead(args),
         "cold_start": cold_start(args) if args.cold_rounds else {"not_measured": "--cold-rounds 0"},
         "scale_up_step": scale_up_step(args) if args.step else {"not_measured": "no --step"},
-        "rolling_update": needs_controller("a rolling update under load"),
+        "rolling_update": rolling_update(args) if args.roll else {"not_measured": "no --roll"},
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(result))
