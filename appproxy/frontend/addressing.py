@@ -107,7 +107,7 @@ def parse_endpoint_path(raw_path: str) -> EndpointTarget | None:
     EndpointTarget(name='iris', prefix='/e/iris', rest='/invocations')
     """
     match = _ENDPOINT_PATH.fullmatch(raw_path)
-    if match is None or not valid_endpoint_name(match["name"]):
+    if match is None or "--" in match["name"]:  # the pattern checked the rest of the name
         return None
     name, rest = match["name"], match["rest"]
     return EndpointTarget(name, f"/e/{name}", rest or "/")

@@ -191,7 +191,7 @@ class InferenceGate:
         as_json = _as_json(req)
         current: Replica | None = replica
         while current is not None:
-            upstream = Upstream(current.upstream or "", request_target, headers, current.stats)
+            upstream = Upstream(current.upstream or "", request_target, headers, current)
             current.stats.started()
             try:
                 if req.websocket:

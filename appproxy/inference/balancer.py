@@ -9,9 +9,11 @@
     release ─▶ the slot goes to the first waiter (no request overtakes the queue)
 
 Only replicas that this proxy's prober saw as ready and that the controller lists as
-``serving`` take requests; ``starting`` ones are probed but wait, ``draining`` ones
-finish what they have and get nothing new. Everything here runs in the event loop
-without awaiting, except the wait in the queue.
+``serving`` take requests; ``starting`` ones are probed but wait for their promotion,
+``draining`` ones finish what they have and get nothing new. One exception: while no
+serving replica is ready (scaled to zero, or all of them down), a ready ``starting``
+replica takes requests rather than letting them wait for the controller's next pass.
+Everything here runs in the event loop without awaiting, except the wait in the queue.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ class NoReplica(Exception):
 
 
 class Replica:
-    """One replica as the balancer keeps it: the controller's view plus this proxy's."""
+    """One replica as the balancer keeps it: the controller's view plus this proxy's; it is
+    also the :class:`~appproxy.backend.upstream.Meter` of the requests sent to it."""
 
     __slots__ = (
         "in_flight",
         "index",
+        "on_failure",
         "ready",
         "reason",
         "revision",
@@ -72,10 +76,29 @@ class Replica:
         self.reason = "not probed yet"
         self.in_flight = 0
         self.seen_at = time.monotonic()  # when this proxy first saw it (initial delay)
+        #: called when a request to it fails (the prober checks it at once)
+        self.on_failure: Callable[[Replica], None] | None = None
+
+    # -- the forwarders' Meter: the replica's counters, and a failure hook -----------------
+    def responded(self, seconds: float, status: int) -> None:
+        self.stats.responded(seconds, status)
+
+    def traffic(self) -> None:
+        self.stats.traffic()
+
+    def failed(self) -> None:
+        self.stats.failed()
+        if self.on_failure is not None:
+            self.on_failure(self)
 
     @property
     def takes_traffic(self) -> bool:
         return self.ready and self.state == "serving" and self.upstream is not None
+
+    @property
+    def first_up(self) -> bool:
+        """Ready but not yet promoted: takes traffic only while no serving one is ready."""
+        return self.ready and self.state == "starting" and self.upstream is not None
 
 
 class Balancer:
@@ -123,7 +146,10 @@ class Balancer:
 
     def refresh(self) -> None:
         """Recompute who takes traffic (after readiness or state changes) and fill slots."""
-        self._serving = [r for r in self.replicas.values() if r.takes_traffic]
+        serving = [r for r in self.replicas.values() if r.takes_traffic]
+        if not serving:  # at zero: the first ready replica answers before its promotion
+            serving = [r for r in self.replicas.values() if r.first_up]
+        self._serving = serving
         self._dispatch()
 
     @property

@@ -7,9 +7,13 @@
 
 A replica the controller lists as ``serving`` is probed at once (it was ready before
 this proxy saw it: a restart must not wait out an initial delay); a ``starting`` one
-after ``initial_delay_s``. With the default thresholds a replica that stops answering
+after ``initial_delay_s``. Until its first success (for at most a minute) a replica is probed
+every 50 ms rather than every ``interval_s``: the first request after zero waits for the server,
+not for the probe's clock. With the default thresholds a replica that stops answering
 leaves rotation within two probe intervals; one whose port refuses a request leaves at
-once. Every verdict goes to ``endpoint_ready_key`` as a :class:`ReplicaHealth` so the
+once, and one that breaks off a request is probed at once (a failed probe then takes
+it out: a replica killed under load stops getting requests within milliseconds). Every
+verdict goes to ``endpoint_ready_key`` as a :class:`ReplicaHealth` so the
 controller sees it (status, rolling updates, clearing the wake key).
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Final
@@ -37,6 +42,8 @@ __all__ = ["ReadinessProber"]
 log = logging.getLogger(__name__)
 
 _USER_AGENT: Final = b"jobgate-proxy-probe"
+_STARTUP_INTERVAL: Final = 0.05  # seconds between probes until a replica is first ready
+_STARTUP_FOR: Final = 60.0  # ... for at most this long (then interval_s: a broken server)
 _HASH_TTL_PROBES: Final = 30  # the readiness hash lives this many probe intervals unrefreshed
 
 
@@ -48,6 +55,7 @@ class ReadinessProber:
         self._redis = redis
         self._proxy_id = proxy_id
         self._tasks: dict[Replica, asyncio.Task[None]] = {}
+        self._checking: set[Replica] = set()  # replicas with a check_now under way
 
     def replicas_changed(
         self, endpoint: Endpoint, added: list[Replica], removed: list[Replica]
@@ -59,11 +67,33 @@ class ReadinessProber:
                 task.cancel()
         for replica in added:
             if replica.upstream is not None:
-                self._tasks[replica] = asyncio.create_task(self._probe_loop(endpoint, replica))
+                replica.on_failure = functools.partial(self.check_now, endpoint)
+                task = asyncio.create_task(self._probe_loop(endpoint, replica))
+                task.add_done_callback(_report_crash)
+                self._tasks[replica] = task
 
     def connect_failed(self, endpoint: Endpoint, replica: Replica, reason: str) -> None:
         """A request could not connect: out of rotation now; probes bring it back."""
         if replica.ready:
+            self._verdict(endpoint, replica, ready=False, reason=reason)
+
+    def check_now(self, endpoint: Endpoint, replica: Replica) -> None:
+        """A request to the replica failed (a killed server drops what it had in flight):
+        probe it now, and a failed probe takes it out of rotation without waiting for
+        the failure threshold (the request was the first failure)."""
+        if replica in self._checking or not replica.ready or replica not in self._tasks:
+            return
+        self._checking.add(replica)
+        endpoint.spawn(self._check(endpoint, replica))
+
+    async def _check(self, endpoint: Endpoint, replica: Replica) -> None:
+        try:
+            probe = endpoint.route.probe
+            reason = await self._probe_once(replica, probe.path, probe.timeout_s)
+        finally:
+            self._checking.discard(replica)
+        if reason is not None and replica.ready and replica in self._tasks:
+            reason = f"after a failed request: {reason}"
             self._verdict(endpoint, replica, ready=False, reason=reason)
 
     async def close(self) -> None:
@@ -80,6 +110,7 @@ class ReadinessProber:
         if replica.state == "starting" and probe.initial_delay_s > 0:
             await asyncio.sleep(probe.initial_delay_s)
         successes = failures = 0
+        ever_ready = False
         while True:
             probe = endpoint.route.probe  # settings may change with a route update
             started = time.monotonic()
@@ -98,7 +129,13 @@ class ReadinessProber:
                     if not replica.ready:
                         replica.reason = reason
                     self._report(endpoint, replica)
-            await asyncio.sleep(max(0.0, probe.interval_s - (time.monotonic() - started)))
+            # until its first success a replica is starting up: probe it often, so that the
+            # first request after zero does not wait out a whole interval
+            ever_ready = ever_ready or replica.ready
+            interval = probe.interval_s
+            if not ever_ready and time.monotonic() - replica.seen_at < _STARTUP_FOR:
+                interval = min(interval, _STARTUP_INTERVAL)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _probe_once(self, replica: Replica, path: str, timeout: float) -> str | None:
         """None when the replica answered 2xx/3xx, else why not."""
@@ -151,3 +188,8 @@ class ReadinessProber:
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("cannot record readiness in Redis: %s", type(exc).__name__)
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a readiness prober stopped", exc_info=task.exception())

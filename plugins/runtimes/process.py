@@ -110,7 +110,14 @@ class ProcessRuntime:
         cwd = Path(spec.workdir) if spec.workdir else spec.working_dir or workdir
         if not cwd.is_dir():
             raise InvalidSpec(f"working directory {cwd} does not exist on this node")
-        meta = {"labels": spec.labels, "command": spec.command, "started_at": time.time()}
+        # a process listens on the host itself: a service's port is the port it was given
+        ports = {p.name: p.container_port for p in spec.ports}
+        meta = {
+            "labels": spec.labels,
+            "command": spec.command,
+            "started_at": time.time(),
+            "ports": ports,
+        }
         (kdir / "spec.json").write_text(json.dumps(meta))
         env_file = kdir / "env.json"
         env_file.touch(mode=0o600)
@@ -139,6 +146,7 @@ class ProcessRuntime:
             kernel_id=spec.kernel_id,
             session_id=spec.session_id,
             ref=str(shim),
+            ports=ports,
             started_at=meta["started_at"],  # type: ignore[arg-type]
         )
 
@@ -169,6 +177,7 @@ class ProcessRuntime:
                     kernel_id=labels["jobgate.kernel"],
                     session_id=labels["jobgate.session"],
                     ref=str(shim),
+                    ports={str(k): int(v) for k, v in meta.get("ports", {}).items()},
                     started_at=float(meta.get("started_at", 0.0)),
                     exited=(spec_file.parent / "exit").exists(),
                 )

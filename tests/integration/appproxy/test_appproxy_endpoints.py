@@ -350,6 +350,28 @@ async def test_retry_on_refused_connection(proxy: Proxy, start_replica: StartRep
         after = [await client.post("/e/iris/x", headers=bearer(TOKEN)) for _ in range(5)]
         assert {replica_of(r) for r in after} == {"b"}
 
+        # killed under load: its in-flight request fails, and the failure gets it probed at
+        # once, so not even a POST without an Idempotency-Key goes to it afterwards
+        killed = await start_replica("killed")
+        only_killed = (killed.target(), b.target("starting", 1))
+        await publish(proxy.redis, route(*only_killed, probe=slow_probe))
+        await ready(proxy.redis, killed)
+        await eventually(lambda: _ready_count(proxy, 1), what="only killed in rotation")
+        in_flight = asyncio.create_task(  # a POST: not re-sent elsewhere when it breaks
+            client.post("/e/iris/x?delay_ms=5000", headers=bearer(TOKEN), content=b"x")
+        )
+        await eventually(lambda: _in_flight(proxy, killed.session_id), what="a request on it")
+        await publish(proxy.redis, route(killed.target(), b.target(index=1), probe=slow_probe))
+        await eventually(lambda: _ready_count(proxy, 2), what="killed and b in rotation")
+        await killed.kill()
+        assert (await in_flight).status_code == 502
+        await eventually(lambda: refused(killed), what="killed out of rotation")
+        verdict = await health(proxy.redis, killed)
+        assert verdict is not None
+        assert verdict.reason.startswith("after a failed request: ")
+        after = [await client.post("/e/iris/x", headers=bearer(TOKEN)) for _ in range(10)]
+        assert {replica_of(r) for r in after} == {"b"}
+
 
 async def test_hold_at_zero_wakes_once(proxy: Proxy, start_replica: StartReplica) -> None:
     pubsub = proxy.redis.pubsub()
@@ -371,9 +393,10 @@ async def test_hold_at_zero_wakes_once(proxy: Proxy, start_replica: StartReplica
         wakes = await _messages(pubsub)
         assert wakes == [ENDPOINT_ID]  # one wake-up for the burst
 
-        # the controller starts a replica and writes it as serving: every held request is served
+        # the controller starts a replica and writes it (starting): once the proxy has probed
+        # it ready, every held request is served, without waiting for its promotion
         replica = await start_replica("a")
-        await publish(proxy.redis, route(replica.target(), wake_timeout_s=30.0))
+        await publish(proxy.redis, route(replica.target("starting"), wake_timeout_s=30.0))
         answers = await asyncio.gather(*burst)
         assert [replica_of(r) for r in answers] == ["a"] * 8
         assert endpoint.load.held == 8

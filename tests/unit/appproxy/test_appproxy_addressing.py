@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from appproxy.frontend.addressing import AddSlash, Target, parse_host, parse_path
+from appproxy.frontend.addressing import (
+    AddSlash,
+    Target,
+    parse_endpoint_host,
+    parse_endpoint_path,
+    parse_host,
+    parse_path,
+)
 
 SID = "0b5e7c1a-7d43-4cf4-9a51-2f0e3c8d9e11"
 
@@ -75,3 +82,43 @@ def test_upstream_path(name: str, strip: bool, expected: str) -> None:
     target = parse_path(f"/s/{SID}/jupyter/api", "")
     assert isinstance(target, Target)
     assert target.upstream_path(strip) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("raw_path", "expected"),
+    [
+        ("/e/iris/invocations", ("iris", "/e/iris", "/invocations")),
+        ("/e/iris", ("iris", "/e/iris", "/")),
+        ("/e/iris/", ("iris", "/e/iris", "/")),
+        ("/e/m-2/a%20b/c", ("m-2", "/e/m-2", "/a%20b/c")),
+        ("/e/Iris/x", None),  # names are lower case
+        ("/e/a--b/x", None),  # "--" marks a session's app host, never an endpoint
+        ("/e/-a/x", None),
+        ("/e/", None),
+        ("/s/iris/x", None),
+    ],
+)
+def test_endpoint_paths(raw_path: str, expected: tuple[str, str, str] | None) -> None:
+    target = parse_endpoint_path(raw_path)
+    got = None if target is None else (target.name, target.prefix, target.rest)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("iris.apps.test", "iris"),
+        ("IRIS.apps.test:8443", "iris"),
+        ("iris.apps.test.", "iris"),
+        ("0f3a--jupyter.apps.test", None),  # a session's app
+        ("a.b.apps.test", None),
+        ("apps.test", None),
+        ("proxy.apps.test", None),  # the proxy's own host (path mode lives there)
+        ("iris.other.test", None),
+    ],
+)
+def test_endpoint_hosts(host: str, expected: str | None) -> None:
+    target = parse_endpoint_host(host, "apps.test", "/ping", exclude="proxy.apps.test")
+    assert (target.name if target else None) == expected
+    if target is not None:
+        assert (target.prefix, target.rest) == ("", "/ping")

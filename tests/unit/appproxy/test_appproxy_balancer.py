@@ -30,9 +30,9 @@ def target(index: int, state: str, revision: int = 1) -> ReplicaTarget:
 
 
 def balancer(
-    *states: str, concurrency: int = 2, queue_limit: int = 2, seed: int = 7
+    *states: str, concurrency: int = 2, queue_limit: int = 2, seed: int = 7, ready: bool = True
 ) -> tuple[Balancer, list[Replica], list[int]]:
-    """A balancer over replicas r0, r1, … in the given states, all probed ready."""
+    """A balancer over replicas r0, r1, … in the given states, all probed ready (or not)."""
     wakes: list[int] = []
     b = Balancer(
         InferenceLoad(),
@@ -45,7 +45,7 @@ def balancer(
     added, removed = b.update(targets, lambda sid: COUNTERS.stats(sid, "inference"))
     assert (len(added), removed) == (len(states), [])
     for replica in added:
-        replica.ready = True
+        replica.ready = ready
     b.refresh()
     return b, added, wakes
 
@@ -67,13 +67,19 @@ async def test_p2c_prefers_the_less_loaded_and_spreads() -> None:
 
 
 async def test_only_ready_serving_replicas_take_traffic() -> None:
-    b, (serving, _starting, draining, unready), _ = balancer(
+    b, (serving, starting, draining, unready), _ = balancer(
         "serving", "starting", "draining", "serving"
     )
     unready.ready = False
     b.refresh()
     assert b.ready_count == 1
     assert {b.pick() for _ in range(20)} == {serving}
+    # with no serving replica ready, a ready starting one answers (the first after zero)
+    serving.ready = False
+    b.refresh()
+    assert {b.pick() for _ in range(20)} == {starting}
+    serving.ready = True
+    b.refresh()
     # a route change: draining keeps its object (and in-flight count), just no new work
     draining.in_flight = 1
     changed, removed = b.update(
@@ -123,7 +129,7 @@ async def test_queue_wait_runs_out_and_a_cancelled_waiter_leaves() -> None:
 
 
 async def test_held_at_zero_until_a_replica_is_ready() -> None:
-    b, (r0,), wakes = balancer("starting", queue_limit=0)
+    b, (r0,), wakes = balancer("starting", queue_limit=0, ready=False)
     assert b.ready_count == 0
     held = [asyncio.create_task(b.acquire(5.0)) for _ in range(3)]
     await asyncio.sleep(0)
@@ -134,17 +140,19 @@ async def test_held_at_zero_until_a_replica_is_ready() -> None:
         [target(0, "serving")],
         lambda sid: COUNTERS.stats(sid, "inference"),
     )
+    r0.ready = True  # the prober's verdict
+    b.refresh()
     await asyncio.sleep(0.01)
     # concurrency 2: two got slots at once, the third waits for a release
     assert [t.done() for t in held] == [True, True, False]
     b.release(r0)
     assert await held[2] is r0
     assert [t.result() for t in held] == [r0, r0, r0]
-    empty, _, _ = balancer("starting")
+    empty, _, _ = balancer("starting", ready=False)
     with pytest.raises(NoReplica) as caught:
         await empty.acquire(0.01)
     assert caught.value.held is True
-    full, _, _ = balancer("starting", queue_limit=0)
+    full, _, _ = balancer("starting", queue_limit=0, ready=False)
     tasks = [asyncio.create_task(full.acquire(5.0)) for _ in range(HOLD_AT_LEAST)]
     await asyncio.sleep(0)
     with pytest.raises(Overloaded):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appproxy.metrics import ProxyMetrics
+from appproxy.metrics import InferenceLoad, ProxyMetrics
 
 
 def test_counters_and_exposition() -> None:
@@ -38,3 +38,22 @@ def test_forget_keeps_busy_endpoints() -> None:
     idle.finished()
     metrics.counters.forget("s1")
     assert [(s.session_id, s.app) for s in metrics.counters.snapshot()] == [("s1", "jupyter")]
+
+
+def test_inference_load_rate_and_exposition() -> None:
+    metrics = ProxyMetrics(lambda session_id: None)
+    load = InferenceLoad()
+    metrics.add_inference(lambda: [("iris", load, 2)])
+    assert load.rate(100.0) == 0.0  # one sample: no rate yet
+    load.requests = 50
+    assert load.rate(105.0) == 10.0
+    load.requests = 150
+    assert load.rate(115.0) == 10.0  # over the last ~10 s only (105 -> 115)
+    load.in_flight, load.queued, load.rejected, load.held = 3, 4, 5, 6
+    text = metrics.render().decode()
+    assert 'jobgate_endpoint_requests_total{endpoint="iris"} 150.0' in text
+    assert 'jobgate_endpoint_in_flight{endpoint="iris"} 3.0' in text
+    assert 'jobgate_endpoint_queued{endpoint="iris"} 4.0' in text
+    assert 'jobgate_endpoint_rejected_total{endpoint="iris"} 5.0' in text
+    assert 'jobgate_endpoint_held_total{endpoint="iris"} 6.0' in text
+    assert 'jobgate_endpoint_ready_replicas{endpoint="iris"} 2.0' in text

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from plugins.common import Mount
-from plugins.runtimes.base import InvalidSpec, KernelSpec, LogChunk, RuntimeContext
+from plugins.runtimes.base import (
+    InvalidSpec,
+    KernelSpec,
+    LogChunk,
+    RuntimeContext,
+    ServicePort,
+)
 from plugins.runtimes.process import ProcessRuntime, ProcessSettings
 
 
@@ -126,3 +132,17 @@ async def test_a_bind_mount_is_refused_not_ignored(tmp_path: Path) -> None:
     rt = make(tmp_path)
     with pytest.raises(InvalidSpec, match="bind mounts need a container runtime"):
         await rt.start(spec(["true"], mounts=[Mount(str(tmp_path), "/data", True)]))
+
+
+async def test_service_ports_are_the_host_ports(tmp_path: Path) -> None:
+    """A process listens on the host: an app's (or inference replica's) port is reported
+    as given, at start and on re-attach."""
+    rt = make(tmp_path)
+    s = spec(["sh", "-c", "sleep 30"], ports=[ServicePort("inference", "http", 18555)])
+    handle = await rt.start(s)
+    try:
+        assert handle.ports == {"inference": 18555}
+        again = make(tmp_path)  # a restarted worker finds it
+        assert [h.ports for h in await again.list_kernels()] == [{"inference": 18555}]
+    finally:
+        await rt.stop(handle, grace=1)
