@@ -367,6 +367,7 @@ def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
 
 def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
     code = event.exit_code if event.exit_code is not None else -1
+    _ran(ctx, event)
     ctx.end_kernel(K.EXITED, code)
     if not ctx.all_ended:
         return
@@ -383,6 +384,18 @@ def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
         ctx.move(S.SUCCEEDED, "exited with code 0")
     else:
         ctx.move(S.FAILED, event.message or f"exited with code {failing}")
+
+
+def _ran(ctx: _Ctx, event: KernelEvent) -> None:
+    """An exit proves the kernel ran, even when its "running" is late (batches are
+    handled concurrently) or was lost (Redis lost it): keep the history and start time
+    whole instead of jumping from SCHEDULED to an end, or leaving no ``started_at``."""
+    ctx.kernel.started_at = ctx.kernel.started_at or ctx.now
+    if ctx.session.status == S.SCHEDULED:
+        ctx.move(S.PREPARING, f"preparing on {event.node_id}")
+    if ctx.session.status == S.PREPARING:
+        ctx.move(S.RUNNING, f"running on {event.node_id}")
+    ctx.session.started_at = ctx.session.started_at or ctx.kernel.started_at
 
 
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:

@@ -82,7 +82,7 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
         handle_signals=handle_signals,
         ctx=ctx,
     )
-    main = asyncio.ensure_future(worker.async_run())
+    main = asyncio.ensure_future(queue.run(worker))
     try:
         await asyncio.shield(main)
     except asyncio.CancelledError:
