@@ -152,6 +152,12 @@ class NodeAgent:
             state = saved.pop(handle.kernel_id, None) or KernelState(
                 kernel_id, handle.session_id, self.node_id, phase="running", attempt=attempt
             )
+            if not handle.started:  # created, never run: the worker died starting it
+                with contextlib.suppress(Exception):
+                    await self.runtime.remove(handle)
+                state.phase = "preparing"
+                saved[handle.kernel_id] = state  # started again below, as it never ran
+                continue
             state.phase = "running"
             run = KernelRun(self.services, state)
             run.handle = handle

@@ -148,7 +148,11 @@ class KernelRun:
     async def watch(self) -> None:
         assert self.handle is not None
         uploader = KernelLogUploader(
-            self.node.logs, self.state.kernel_id, self.state.session_id, self._acked
+            self.node.logs,
+            self.state.kernel_id,
+            self.state.session_id,
+            self._acked,
+            self.state.attempt,
         )
         pump = asyncio.create_task(self._pump(uploader))
         try:

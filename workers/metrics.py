@@ -261,8 +261,8 @@ class MeteredLogClient(LogClient):
         self.metrics = metrics
 
     async def upload(
-        self, kernel_id: str, session_id: str, chunks: list[LogChunk]
+        self, kernel_id: str, session_id: str, chunks: list[LogChunk], attempt: int | None = None
     ) -> dict[str, int]:
-        offsets = await super().upload(kernel_id, session_id, chunks)
+        offsets = await super().upload(kernel_id, session_id, chunks, attempt)
         self.metrics.logs_shipped(chunks)
         return offsets

@@ -48,7 +48,7 @@ class SessionCreate(Input):
     )
     command: list[str] = Field(default_factory=list, max_length=4096)
     env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(default=None, max_length=1024)
+    workdir: str | None = Field(default=None, max_length=1024, pattern=r"^/[^\x00]*$")
     working_dir: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,
@@ -111,6 +111,8 @@ class SessionCreate(Input):
     @field_validator("starts_at", mode="before")
     @classmethod
     def _starts_at(cls, value: object) -> object:
+        if isinstance(value, bool | int | float):  # the schema says a string: no epochs
+            raise ValueError("an ISO 8601 time or a delay such as +10m")
         return parse_start(value) if isinstance(value, str) else value
 
     @field_validator("depends_on")
