@@ -95,17 +95,36 @@ class Component:
     argv: list[str]
     env: dict[str, str]
     log_path: Path
+    #: what its log says once it is up (None: its port is waited for instead)
+    ready: str | None = None
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    _log_from: int = 0
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             log.write(f"\n=== start {self.starts + 1} ===\n".encode())
             log.flush()
+            self._log_from = log.tell()
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT
             )
         self.starts += 1
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until this start's output shows :attr:`ready` (a slow machine starts slowly)."""
+        assert self.ready is not None
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_from)
+                if self.ready.encode() in log.read():
+                    return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited {self.proc.returncode}:\n{self.tail()}")
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name} was not ready in {timeout}s:\n{self.tail()}")
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -179,7 +198,7 @@ class ChaosStack:
         )
         self._add("redis", redis_server_argv(self.tmp, port=self.redis_port), env)
         self._add("gateway", [*me, "gateway", "serve", "--port", str(self.port)], env)
-        self._add("scheduler", [*me, "scheduler", "run"], env)
+        self._add("scheduler", [*me, "scheduler", "run"], env, "jobgate scheduler:")
         for node in self.workers:
             worker_env = env | {
                 "JOBGATE_NODE_ID": node,
@@ -188,24 +207,29 @@ class ChaosStack:
                 "JOBGATE_WORKER_MEM": "8g",
                 "JOBGATE_ACCELERATORS": "none",
             }
-            self._add(node, [*me, "worker", "run"], worker_env)
-        for component in self.components.values():
+            self._add(node, [*me, "worker", "run"], worker_env, " ready: ")
+        for name, component in self.components.items():
             component.start()
-            if component.name == "redis":
-                wait_port(self.redis_port, 10)
-            elif component.name == "gateway":
-                wait_port(self.port, 60)
+            self._wait_up(name)
 
-    def _add(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        self.components[name] = Component(name, argv, env, self.tmp / f"{name}.log")
+    def _add(self, name: str, argv: list[str], env: dict[str, str], ready: str = "") -> None:
+        path = self.tmp / f"{name}.log"
+        self.components[name] = Component(name, argv, env, path, ready or None)
+
+    def _wait_up(self, name: str) -> None:
+        if name == "redis":
+            wait_port(self.redis_port, 10)
+        elif name == "gateway":
+            wait_port(self.port, 120)
+        else:
+            self.components[name].wait_ready()
 
     def restart(self, name: str) -> None:
-        """SIGKILL the component and start it again."""
+        """SIGKILL the component, start it again and wait until it is up."""
         component = self.components[name]
         component.kill9()
         component.start()
-        if name == "redis":
-            wait_port(self.redis_port, 10)
+        self._wait_up(name)
 
     def restart_postgres(self) -> None:
         assert self.pg is not None
