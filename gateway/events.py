@@ -174,7 +174,6 @@ class EventHandler:
 
     # -- kernel events ----------------------------------------------------------------
     async def _apply(self, db: AsyncSession, events: Sequence[KernelEvent], outbox: Outbox) -> None:
-        now = await db_now(db)
         kernel_ids = sorted({e.kernel_id for e in events})
         # lock order, everywhere: sessions, then kernels, then nodes (gateway.db.locks)
         session_ids = sorted(
@@ -186,6 +185,9 @@ class EventHandler:
         )
         sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
         kernels = {k.id: k for k in await lock_rows(db, Kernel, Kernel.id.in_(kernel_ids))}
+        # read the clock once the rows are ours: a batch that waited for another's locks
+        # must not stamp an end before the start that batch stamped (started_at <= ended_at)
+        now = await db_now(db)
         events = await self._fence(db, events, kernels, outbox)
         # only an ending kernel changes its node's sums: lock just those nodes, so the
         # stream of "preparing"/"running" events never holds up a scheduling pass
