@@ -101,10 +101,10 @@ class SessionCreate(Input):
                 raise ValueError(f"value of {key} contains a NUL byte")
         return value
 
-    @field_validator("workdir")
+    @field_validator("workdir", mode="before")  # before the pattern: a clearer message
     @classmethod
-    def _workdir(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or "\x00" in value):
+    def _workdir(cls, value: object) -> object:
+        if isinstance(value, str) and (not value.startswith("/") or "\x00" in value):
             raise ValueError("must be an absolute path")
         return value
 
