@@ -24,6 +24,7 @@ import pytest
 from harness import Stack
 from podman import PodmanClient
 from podman_harness import BUSYBOX, PYTHON, PodmanNodes, sse, wait_gone, wait_state_not
+from podman_registry import local_registry_image, registry_binary
 
 from gateway.db.migrate import upgrade
 from gateway.db.models import Base
@@ -570,3 +571,26 @@ async def test_worker_killed_while_stopping_a_container_stops_it_when_back(
     assert done["exit_code"] == 137  # SIGKILL after the grace: TERM was ignored
     assert await stack.logs(s["id"]) == "up\n"
     await wait_gone(podman_nodes, label)
+
+
+async def test_worker_killed_while_pulling_an_image_pulls_and_runs_it_once(
+    stack: Stack, podman_nodes: PodmanNodes, images: dict[str, str], shared_dir: Path
+) -> None:
+    """Killed while the session is preparing (its image, only a local registry has it,
+    being pulled): the worker that comes back prepares it again - it never ran - and
+    the command runs once."""
+    binary = registry_binary()
+    if binary is None:
+        _missing("no docker-registry or openssl (scripts/build-test-images.sh registry)")
+    socket = podman_nodes.socket
+    with local_registry_image(binary, socket, images["busybox"], shared_dir, 30_000_000) as image:
+        node, env = podman_nodes.new(), podman_nodes.env()
+        worker = await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+        s = await stack.submit(image=image, command=["sh", "-c", "wc -c < /blob; exit 5"])
+        await stack.wait_status(s["id"], {"PREPARING", "RUNNING"})
+        await worker.kill9()
+        await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+        done = await stack.wait_status(s["id"], {"FAILED"}, timeout=120)
+        assert (done["exit_code"], done["node"]) == (5, node)
+        assert (await stack.logs(s["id"])).split() == ["30000000"]  # it ran once
+        await wait_gone(podman_nodes, f"jobgate.session={s['id']}")
