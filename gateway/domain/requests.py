@@ -22,7 +22,10 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
 class Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields refused, and JSON types as the schema says them
+    (strict: no ``0`` for ``false``, no ``"5"`` for ``5``; times are still ISO strings)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MountSpec(Input):
