@@ -9,6 +9,10 @@
   job whose id is queued, running or has a result is not enqueued again): arq enqueues
   one job per WATCH/MULTI exchange, which a scheduler placing 1,000 sessions a pass
   cannot afford;
+* ``run()`` to run an arq worker that outlives Redis: arq's own loop ends at the first
+  connection error (a restarted Redis, a network blip), which would leave a gateway
+  that consumes no events or a node that takes no jobs while it still heartbeats; this
+  starts the loop again until Redis answers;
 * ``stop()`` for a graceful stop of an arq worker we run inside our own event loop: stop
   taking jobs, let the running ones finish for a moment, cancel what is left (arq puts a
   cancelled job back for a retry), and close the connections. (arq's own ``close()``
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -31,6 +36,7 @@ from arq.cron import CronJob
 from arq.jobs import serialize_job
 from arq.utils import timestamp_ms
 from arq.worker import Function, Worker
+from redis.exceptions import RedisError
 
 __all__ = [
     "QueuedJob",
@@ -40,8 +46,11 @@ __all__ = [
     "json_serializer",
     "make_worker",
     "redis_settings",
+    "run",
     "stop",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def redis_settings(redis_url: str) -> RedisSettings:
@@ -118,6 +127,19 @@ async def enqueue_many(pool: ArqRedis, jobs: list[QueuedJob], expires_ms: int) -
     return added
 
 
+async def run(worker: Worker, retry_s: float = 0.5) -> None:
+    """``worker.async_run()``, started again after each Redis error until cancelled.
+
+    Jobs already running go on; the pool reconnects on its next command."""
+    while True:
+        try:
+            await worker.async_run()
+            return
+        except (RedisError, OSError) as exc:
+            log.warning("queue %s: Redis failed (%s); consuming again", worker.queue_name, exc)
+            await asyncio.sleep(retry_s)
+
+
 async def stop(worker: Worker, main: asyncio.Future[None], grace: float = 5.0) -> None:
     # stop picking jobs first and let an iteration that is picking one finish: cancelling
     # arq inside its WATCH/MULTI pipeline leaves that connection checked out for good
@@ -152,7 +174,7 @@ def make_worker(
     """An arq worker on *queue* that speaks JSON and keeps no results.
 
     Build it inside the running event loop (arq binds to the current one); run it with
-    ``worker.async_run()`` and end it with :func:`stop`.
+    :func:`run` and end it with :func:`stop`.
     """
     return Worker(
         functions=functions,

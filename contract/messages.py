@@ -238,6 +238,9 @@ class LogUpload(_Message):
 
     session_id: str
     chunks: list[LogChunkWire] = Field(max_length=1024)
+    #: the kernel attempt that printed it: output of an attempt the gateway moved
+    #: elsewhere is refused (404), like its events (None: an older worker, accepted)
+    attempt: int | None = Field(default=None, ge=1)
 
 
 class LogOffsets(_Message):

@@ -105,7 +105,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             consumer = events_worker(
                 settings.redis_url, handler, handle_signals=False, metrics=consumer_metrics
             )
-            task = asyncio.create_task(consumer.async_run())
+            task = asyncio.create_task(queue.run(consumer))
         gc = uploads_gc = None
         if settings.blob_gc_interval_s:
             gc = asyncio.create_task(

@@ -175,7 +175,6 @@ class EventHandler:
 
     # -- kernel events ----------------------------------------------------------------
     async def _apply(self, db: AsyncSession, events: Sequence[KernelEvent], outbox: Outbox) -> None:
-        now = await db_now(db)
         kernel_ids = sorted({e.kernel_id for e in events})
         # lock order, everywhere: sessions, then kernels, then nodes (gateway.db.locks)
         session_ids = sorted(
@@ -187,6 +186,9 @@ class EventHandler:
         )
         sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
         kernels = {k.id: k for k in await lock_rows(db, Kernel, Kernel.id.in_(kernel_ids))}
+        # read the clock once the rows are ours: a batch that waited for another's locks
+        # must not stamp an end before the start that batch stamped (started_at <= ended_at)
+        now = await db_now(db)
         events = await self._fence(db, events, kernels, outbox)
         # only an ending kernel changes its node's sums: lock just those nodes, so the
         # stream of "preparing"/"running" events never holds up a scheduling pass
@@ -373,6 +375,7 @@ def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
 
 def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
     code = event.exit_code if event.exit_code is not None else -1
+    _ran(ctx, event)
     ctx.end_kernel(K.EXITED, code)
     if not ctx.all_ended:
         _cluster_member_exited(ctx, event, code)
@@ -414,6 +417,18 @@ def _cluster_member_exited(ctx: _Ctx, event: KernelEvent, code: int) -> None:
 
 def _why(event: KernelEvent) -> str:
     return f" ({event.message})" if event.message else ""
+
+
+def _ran(ctx: _Ctx, event: KernelEvent) -> None:
+    """An exit proves the kernel ran, even when its "running" is late (batches are
+    handled concurrently) or was lost (Redis lost it): keep the history and start time
+    whole instead of jumping from SCHEDULED to an end, or leaving no ``started_at``."""
+    ctx.kernel.started_at = ctx.kernel.started_at or ctx.now
+    if ctx.session.status == S.SCHEDULED:
+        ctx.move(S.PREPARING, f"preparing on {event.node_id}")
+    if ctx.session.status == S.PREPARING:
+        ctx.move(S.RUNNING, f"running on {event.node_id}")
+    ctx.session.started_at = ctx.session.started_at or ctx.kernel.started_at
 
 
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:

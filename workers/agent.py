@@ -35,6 +35,7 @@ from contract.cluster import cluster_network
 from contract.keys import heartbeat_key, node_queue, sim_host_queue
 from contract.messages import (
     Heartbeat,
+    KernelEvent,
     KernelReport,
     NodeInfo,
     StartKernel,
@@ -105,6 +106,7 @@ class NodeAgent:
         self.runtime_info: RuntimeInfo | None = None
         self.network_locks: dict[str, asyncio.Lock] = {}  # session id -> its network's
         self.stats: list[dict[str, Any]] = []
+        self._recovered: list[KernelRun] = []
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -144,31 +146,57 @@ class NodeAgent:
         )
 
     # -- recovery ---------------------------------------------------------------------
-    async def recover(self) -> None:
-        """Re-attach to the kernels the runtime still has; report the ones that vanished."""
-        saved = self.services.store.load_all()
+    async def recover(self) -> list[KernelEvent]:
+        """Re-attach to the kernels the runtime still has (watched from
+        :meth:`watch_recovered` on, once the registration lists them), start again those
+        the worker was killed preparing (their container never existed: they never ran),
+        report the ones that vanished. Returns the last events of the attempts that
+        ended here lately, for the registration to carry again."""
+        store = self.services.store
+        endings = []
+        for text in store.recent_endings(EventReporter.KEEP_S):
+            with contextlib.suppress(ValueError):
+                endings.append(KernelEvent.model_validate_json(text))
+        saved = store.load_all()
         for handle in await self.runtime.list_kernels():
             kernel_id, attempt = parse_ref(handle.kernel_id)  # the runtime knows the ref
             state = saved.pop(handle.kernel_id, None) or KernelState(
                 kernel_id, handle.session_id, self.node_id, phase="running", attempt=attempt
             )
+            if not handle.started:  # created, never run: the worker died starting it
+                with contextlib.suppress(Exception):
+                    await self.runtime.remove(handle)
+                state.phase = "preparing"
+                saved[handle.kernel_id] = state  # started again below, as it never ran
+                continue
             state.phase = "running"
             run = KernelRun(self.services, state)
             run.handle = handle
             self.kernels[handle.kernel_id] = run
-            self._spawn(self._watch(run))
+            self._recovered.append(run)
             log.info("re-attached to kernel %s", handle.kernel_id)
         for state in saved.values():
+            if state.phase == "preparing" and state.job and not state.requested_stop:
+                store.delete(state.ref)  # no tombstone text: start() must not skip it
+                store.forget(state.ref)
+                self.start(StartKernel.model_validate(state.job))
+                log.info("starting kernel %s again (the worker was killed preparing it)",
+                         state.ref)  # fmt: skip
+                continue
             run = KernelRun(self.services, state)
-            kind = "lost" if state.phase == "running" else "start_failed"
-            message = (
-                "its container disappeared while the worker was down"
-                if kind == "lost"
-                else "the worker restarted while preparing it"
-            )
-            run._event(kind, message=message)
-            self.services.store.delete(state.ref)
+            if state.phase == "running":
+                run.end("lost", message="its container disappeared while the worker was down")
+            elif state.requested_stop:
+                run.end("not_started", message="stopped before it started")
+            else:
+                run.end("start_failed", message="the worker restarted while preparing it")
             run._release_working_dir()
+        return endings
+
+    def watch_recovered(self) -> None:
+        for run in self._recovered:
+            self._spawn(self._watch(run))
+        self._recovered.clear()
 
     async def sweep_networks(self) -> None:
         """Remove the session networks no container here uses any more (a worker killed
@@ -205,6 +233,7 @@ class NodeAgent:
             devices=job.devices,
             cpuset=job.cpuset,
             attempt=job.attempt,
+            job=job.model_dump(mode="json"),
         )
         run = KernelRun(self.services, state)
         self.kernels[ref] = run
@@ -358,13 +387,10 @@ class NodeAgent:
             if self.services.store.is_done(ref):
                 return  # it ran here and its end was reported: nothing to stop, nothing to say
             # never started here: a start job still in the queue must not run it later
-            self.services.store.mark_done(ref)
             state = KernelState(
                 job.kernel_id, job.session_id, self.node_id, attempt=job.attempt or 1
             )
-            KernelRun(self.services, state)._event(
-                "not_started", message="stopped before it started"
-            )
+            KernelRun(self.services, state).end("not_started", message="stopped before it started")
             return
         self._spawn(run.stop(job.grace))
 
@@ -408,12 +434,15 @@ class Agent:
         logs = metrics.log_client(s.gateway_url, s.node_token.get_secret_value())
         queue = await self._build_nodes(reporter, logs)
         for node in self.nodes.values():
-            await node.recover()
+            endings = await node.recover()
             await node.sweep_networks()
-            reporter.report(await node.describe())
-        beat = asyncio.create_task(self._heartbeats(pool))
+            # one batch: the gateway reads the kernels it lists and the ends it carries
+            # together, so a kernel that ended while no worker ran is never taken for lost
+            reporter.register(await node.describe(), endings)
+            node.watch_recovered()
+        beat = asyncio.create_task(self._heartbeats(pool, reporter))
         worker = self._worker(queue)
-        consume = asyncio.create_task(worker.async_run())
+        consume = asyncio.create_task(queueing.run(worker))
         log.info("worker %s ready: %d node(s) on %s", s.node_id, len(self.nodes), queue)
         if on_ready:
             on_ready()
@@ -511,15 +540,22 @@ class Agent:
             poll_delay=0.01,
         )
 
-    async def _heartbeats(self, pool: ArqRedis) -> None:
+    async def _heartbeats(self, pool: ArqRedis, reporter: EventReporter) -> None:
+        """Beat; when the previous beat's key is gone (Redis restarted or was flushed, or
+        this process stalled past the TTL), events Redis may have lost are sent again."""
         ttl = max(1, round(self.settings.heartbeat_ttl_s))
+        first = True
         while True:
             await self._sample_stats()
             try:
                 async with pool.pipeline(transaction=False) as pipe:
                     for node in self.nodes.values():
-                        pipe.set(heartbeat_key(node.node_id), node.heartbeat(), ex=ttl)
-                    await pipe.execute()
+                        pipe.set(heartbeat_key(node.node_id), node.heartbeat(), ex=ttl, get=True)
+                    previous = await pipe.execute()
+                if not first and any(p is None for p in previous):
+                    log.warning("Redis lost this node's keys; sending %d events again",
+                                reporter.replay())  # fmt: skip
+                first = False
             except (OSError, RedisError) as exc:
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.settings.heartbeat_interval_s)

@@ -74,18 +74,24 @@ class KernelRun:
         return self.cancelled
 
     # -- reporting --------------------------------------------------------------------
-    def _event(self, kind: str, **fields: object) -> None:
-        self.node.reporter.report(
-            KernelEvent(
-                kind=kind,
-                kernel_id=self.state.kernel_id,
-                session_id=self.state.session_id,
-                node_id=self.node.node_id,
-                ts=time.time(),
-                attempt=self.state.attempt,
-                **fields,
-            )
+    def _event(self, kind: str, **fields: object) -> KernelEvent:
+        event = KernelEvent(
+            kind=kind,
+            kernel_id=self.state.kernel_id,
+            session_id=self.state.session_id,
+            node_id=self.node.node_id,
+            ts=time.time(),
+            attempt=self.state.attempt,
+            **fields,
         )
+        self.node.reporter.report(event)
+        return event
+
+    def end(self, kind: str, **fields: object) -> None:
+        """Report the attempt's last event and forget it, keeping the event in its
+        tombstone (sent again with the next registration if Redis never got it)."""
+        event = self._event(kind, **fields)
+        self.node.store.delete(self.state.ref, event.model_dump_json())
 
     async def _progress(self, message: str) -> None:
         now = time.monotonic()
@@ -130,8 +136,7 @@ class KernelRun:
         self._finish_unstarted("start_failed", message)
 
     def _finish_unstarted(self, kind: str, message: str) -> None:
-        self._event(kind, message=message)
-        self.node.store.delete(self.state.ref)
+        self.end(kind, message=message)
         self._release_working_dir()
         self.done.set()
 
@@ -143,7 +148,11 @@ class KernelRun:
     async def watch(self) -> None:
         assert self.handle is not None
         uploader = KernelLogUploader(
-            self.node.logs, self.state.kernel_id, self.state.session_id, self._acked
+            self.node.logs,
+            self.state.kernel_id,
+            self.state.session_id,
+            self._acked,
+            self.state.attempt,
         )
         pump = asyncio.create_task(self._pump(uploader))
         try:
@@ -157,8 +166,7 @@ class KernelRun:
             log.warning("output of kernel %s did not end 30s after exit", self.state.kernel_id)
         if not await uploader.finish():
             log.warning("some output of kernel %s could not be uploaded", self.state.kernel_id)
-        self.node.store.save(self.state)
-        self._event(
+        self.end(
             "exited",
             exit_code=status.exit_code,
             oom_killed=status.oom_killed,
@@ -167,7 +175,6 @@ class KernelRun:
         )
         with contextlib.suppress(Exception):
             await self.node.runtime.remove(self.handle)
-        self.node.store.delete(self.state.ref)
         self._release_working_dir()
         self.done.set()
 

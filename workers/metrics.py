@@ -47,7 +47,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from contract.messages import KernelEvent, NodeInfo
+from contract.messages import EventBatch, KernelEvent, NodeInfo
 from contract.metrics_http import MetricsListener
 from plugins.runtimes.base import LogChunk
 from workers.reporter import EventReporter
@@ -202,9 +202,13 @@ class WorkerMetrics:
         if (outcome := exit_outcome(event)) is not None:
             self.exits.labels(outcome).inc()
 
-    def shipped(self, items: Sequence[KernelEvent | NodeInfo]) -> None:
+    def shipped(self, items: Sequence[KernelEvent | NodeInfo | EventBatch]) -> None:
         for item in items:
-            self.events.labels("registration" if isinstance(item, NodeInfo) else item.kind).inc()
+            if isinstance(item, EventBatch):  # a registration with the ends it carries
+                self.events.labels("registration").inc()
+            else:
+                kind = "registration" if isinstance(item, NodeInfo) else item.kind
+                self.events.labels(kind).inc()
 
     def logs_shipped(self, chunks: Sequence[LogChunk]) -> None:
         for chunk in chunks:
@@ -243,7 +247,7 @@ class MeteredReporter(EventReporter):
         self.metrics.observe(event)
         super().report(event)
 
-    async def _send(self, items: list[KernelEvent | NodeInfo]) -> None:
+    async def _send(self, items: list[KernelEvent | NodeInfo | EventBatch]) -> None:
         # the parent's _send returns only once every batch is in Redis (it retries)
         await super()._send(items)
         self.metrics.shipped(items)
@@ -257,8 +261,8 @@ class MeteredLogClient(LogClient):
         self.metrics = metrics
 
     async def upload(
-        self, kernel_id: str, session_id: str, chunks: list[LogChunk]
+        self, kernel_id: str, session_id: str, chunks: list[LogChunk], attempt: int | None = None
     ) -> dict[str, int]:
-        offsets = await super().upload(kernel_id, session_id, chunks)
+        offsets = await super().upload(kernel_id, session_id, chunks, attempt)
         self.metrics.logs_shipped(chunks)
         return offsets

@@ -4,13 +4,21 @@ Events wait in memory until Redis takes them: one ``handle_events`` job per batc
 collected for a few milliseconds after the first event, so a burst of 500 starts
 costs a handful of queue operations instead of 1,500. If Redis is unreachable the
 batch is kept and retried with backoff.
+
+Redis may also lose what it was given (a restart, a FLUSHALL, a failover) before the
+gateway consumed it: a lost "exited" would leave its session RUNNING for ever. So the
+reporter remembers the latest event of each kernel attempt for a while, and
+:meth:`replay` sends them again when the agent sees that Redis lost its keys (its
+heartbeat key vanished). The gateway handles a repeated event as a no-op.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import OrderedDict
 
 from arq.connections import ArqRedis
 from redis.exceptions import RedisError
@@ -24,11 +32,16 @@ log = logging.getLogger(__name__)
 
 
 class EventReporter:
+    #: how long, and how many, latest events per kernel attempt are kept for a replay
+    KEEP_S = 600.0
+    KEEP_MAX = 20_000
+
     def __init__(self, pool: ArqRedis, *, linger_s: float = 0.01, max_batch: int = 500) -> None:
         self.pool = pool
         self.linger_s = linger_s
         self.max_batch = max_batch
-        self._events: asyncio.Queue[KernelEvent | NodeInfo] = asyncio.Queue()
+        self._latest: OrderedDict[tuple[str, int | None], tuple[float, KernelEvent]] = OrderedDict()
+        self._events: asyncio.Queue[KernelEvent | NodeInfo | EventBatch] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -39,6 +52,33 @@ class EventReporter:
     def report(self, event: KernelEvent | NodeInfo) -> None:
         self._idle.clear()
         self._events.put_nowait(event)
+        if isinstance(event, KernelEvent):
+            self._remember(event)
+
+    def register(self, info: NodeInfo, events: list[KernelEvent]) -> None:
+        """A registration and the events that go with it, in one batch."""
+        self._idle.clear()
+        self._events.put_nowait(EventBatch(node=info, events=events))
+
+    def _remember(self, event: KernelEvent) -> None:
+        key = (event.kernel_id, event.attempt)
+        self._latest.pop(key, None)
+        now = time.monotonic()
+        self._latest[key] = (now, event)
+        while self._latest and (
+            len(self._latest) > self.KEEP_MAX
+            or next(iter(self._latest.values()))[0] < now - self.KEEP_S
+        ):
+            self._latest.popitem(last=False)
+
+    def replay(self) -> int:
+        """Send the latest event of every kernel attempt of the last minutes again."""
+        events = [event for _, event in self._latest.values()]
+        if events:
+            self._idle.clear()
+            for event in events:
+                self._events.put_nowait(event)
+        return len(events)
 
     async def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything reported so far is in Redis (False on timeout)."""
@@ -64,10 +104,10 @@ class EventReporter:
             if self._events.empty():
                 self._idle.set()
 
-    async def _send(self, items: list[KernelEvent | NodeInfo]) -> None:
+    async def _send(self, items: list[KernelEvent | NodeInfo | EventBatch]) -> None:
         events = [i for i in items if isinstance(i, KernelEvent)]
-        nodes = [i for i in items if isinstance(i, NodeInfo)]
-        batches = [EventBatch(node=n) for n in nodes]
+        batches = [i if isinstance(i, EventBatch) else EventBatch(node=i) for i in items
+                   if not isinstance(i, KernelEvent)]  # fmt: skip
         if events:
             batches.append(EventBatch(events=events))
         delay = 0.1

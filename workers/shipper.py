@@ -36,10 +36,11 @@ class LogClient:
         )
 
     async def upload(
-        self, kernel_id: str, session_id: str, chunks: list[LogChunk]
+        self, kernel_id: str, session_id: str, chunks: list[LogChunk], attempt: int | None = None
     ) -> dict[str, int]:
         body = LogUpload(
             session_id=session_id,
+            attempt=attempt,
             chunks=[
                 LogChunkWire(
                     stream=c.stream, offset=c.offset, data=base64.b64encode(c.data).decode()
@@ -52,7 +53,7 @@ class LogClient:
             content=body.model_dump_json(),
             headers={"Content-Type": "application/json"},
         )
-        if response.status_code == 404:
+        if response.status_code == 404:  # or that attempt of it (moved elsewhere)
             raise LookupError(f"the gateway does not know kernel {kernel_id}")
         response.raise_for_status()
         return LogOffsets.model_validate_json(response.content).offsets
@@ -68,10 +69,12 @@ class KernelLogUploader:
         kernel_id: str,
         session_id: str,
         on_acked: Callable[[dict[str, int]], None],
+        attempt: int | None = None,
     ) -> None:
         self.client = client
         self.kernel_id = kernel_id
         self.session_id = session_id
+        self.attempt = attempt
         self.on_acked = on_acked
         self._queue: asyncio.Queue[LogChunk | None] = asyncio.Queue(maxsize=256)
         self._task = asyncio.create_task(self._run(), name=f"logs-{kernel_id[:8]}")
@@ -109,7 +112,9 @@ class KernelLogUploader:
         delay = 0.2
         while True:
             try:
-                self.on_acked(await self.client.upload(self.kernel_id, self.session_id, batch))
+                self.on_acked(
+                    await self.client.upload(self.kernel_id, self.session_id, batch, self.attempt)
+                )
                 return
             except LookupError:
                 log.warning("dropping output of kernel %s: unknown to the gateway", self.kernel_id)

@@ -2,8 +2,12 @@
 
 The runtime knows which containers exist; this file adds what only the worker knows:
 the byte offsets of output the gateway already holds, whether a stop was requested
-(an exit after a stop is a TERMINATED session, not a FAILED one), and the allocation the
-kernel was given. A sim host keeps this in memory only.
+(an exit after a stop is a TERMINATED session, not a FAILED one), the allocation the
+kernel was given, and its start job (a worker killed before the container existed
+starts it again: it never ran). A kernel that ended leaves a tombstone holding its
+last event, sent again with the next registration (a worker killed before Redis took
+the event would otherwise leave its session running for ever). A sim host keeps this
+in memory only.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["KernelState", "StateStore", "attempt_ref", "parse_ref"]
 
@@ -42,6 +47,8 @@ class KernelState:
     devices: dict[str, dict[str, str]] = field(default_factory=dict)
     cpuset: list[int] | None = None
     attempt: int = 1
+    #: the StartKernel job as JSON (empty in files of older workers)
+    job: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -79,10 +86,31 @@ class StateStore:
             except OSError:
                 continue
 
-    def mark_done(self, kernel_id: str) -> None:
+    def mark_done(self, kernel_id: str, ending: str = "") -> None:
+        """Remember that the attempt ran here; *ending* is its last event (JSON)."""
         self._done.add(kernel_id)
         if self.directory is not None:
-            (self.directory / "done" / kernel_id).touch()
+            (self.directory / "done" / kernel_id).write_text(ending)
+
+    def recent_endings(self, max_age_s: float) -> list[str]:
+        """The last events (JSON) of the attempts that ended here in the last seconds."""
+        if self.directory is None:
+            return []
+        cutoff = time.time() - max_age_s
+        out = []
+        for path in (self.directory / "done").iterdir():
+            try:
+                if path.stat().st_mtime >= cutoff and (text := path.read_text()):
+                    out.append(text)
+            except OSError:
+                continue
+        return out
+
+    def forget(self, kernel_id: str) -> None:
+        """Drop the tombstone: the attempt may run here after all."""
+        self._done.discard(kernel_id)
+        if self.directory is not None:
+            (self.directory / "done" / kernel_id).unlink(missing_ok=True)
 
     def is_done(self, kernel_id: str) -> bool:
         return kernel_id in self._done
@@ -99,9 +127,9 @@ class StateStore:
         tmp.write_text(json.dumps(asdict(state)))
         os.replace(tmp, path)
 
-    def delete(self, ref: str) -> None:
-        """Forget a kernel attempt that ended (leaving its tombstone)."""
-        self.mark_done(ref)
+    def delete(self, ref: str, ending: str = "") -> None:
+        """Forget a kernel attempt that ended (leaving its tombstone, with *ending*)."""
+        self.mark_done(ref, ending)
         if self.directory is not None:
             self._path(ref).unlink(missing_ok=True)
 

@@ -3,7 +3,8 @@
 Every error body is ``application/problem+json`` with ``type``, ``title``, ``status``,
 ``detail`` and, for bad input, the ``field`` at fault (dotted, e.g. ``resources.cpu``)
 and the full list of ``errors``. Unexpected exceptions become a 500 whose body says
-nothing about the internals; the log has the traceback.
+nothing about the internals; the log has the traceback. The database or Redis being
+unreachable (a restart, a failover) is a 503 with ``Retry-After``: try again.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.db.engine import unavailable
 from gateway.domain.errors import Invalid, JobgateError
 
 __all__ = ["PROBLEM_RESPONSES", "BodyLimit", "Problem", "install", "problem"]
@@ -57,6 +60,7 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: _described("the body is too large"),
     422: _described("a field is invalid; `field` names it, `errors` lists every one"),
     429: _described("a quota or rate limit was reached"),
+    503: _described("the database or Redis cannot be reached right now; retry (Retry-After)"),
 }
 
 
@@ -134,11 +138,30 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
         detail = f"nothing at {request.url.path}"
     elif exc.status_code == 405 and detail == "Method Not Allowed":
         detail = f"{request.method} is not allowed on {request.url.path}"
-    # keep the exception's headers: a 405 says which methods are allowed (RFC 9110)
-    return problem(exc.status_code, title, detail, request.url.path, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # RFC 9110: every method the resource has
+        headers["Allow"] = _allowed(request)
+    return problem(exc.status_code, title, detail, request.url.path, headers=headers)
+
+
+def _allowed(request: Request) -> str:
+    """The methods of every route on this path (Starlette's 405 names only those of the
+    first route that matched, while a path's methods are often separate routes)."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and route.path_regex.match(path):
+            methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if unavailable(exc):
+        log.warning("%s %s: %s", request.method, request.url.path, exc.__class__.__name__)
+        detail = "the gateway cannot reach its database or Redis right now; retry shortly"
+        return problem(
+            503, "Service unavailable", detail, request.url.path, headers={"Retry-After": "1"}
+        )
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     return problem(500, "Internal error", "the gateway failed; see its log", request.url.path)
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.exceptions import RedisError
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -21,7 +23,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-__all__ = ["SessionFactory", "create_engine", "create_session_factory"]
+__all__ = ["SessionFactory", "create_engine", "create_session_factory", "unavailable"]
 
 SessionFactory = async_sessionmaker[AsyncSession]
 
@@ -62,3 +64,12 @@ def _sqlite_transactions(engine: AsyncEngine) -> None:
 
 def create_session_factory(engine: AsyncEngine) -> SessionFactory:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether *exc* says the database or Redis could not be reached (a restart, a
+    failover, a network cut): the same request may well work a moment later. Errors
+    about the statement or the data (a constraint, a type) are not."""
+    if isinstance(exc, IntegrityError | DataError | ProgrammingError):
+        return False
+    return isinstance(exc, DBAPIError | RedisError | OSError)

@@ -24,7 +24,10 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
 class Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields refused, and JSON types as the schema says them
+    (strict: no ``0`` for ``false``, no ``"5"`` for ``5``; times are still ISO strings)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MountSpec(Input):
@@ -74,7 +77,7 @@ class SessionCreate(Input):
     )
     command: list[str] = Field(default_factory=list, max_length=4096)
     env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(default=None, max_length=1024)
+    workdir: str | None = Field(default=None, max_length=1024, pattern=r"^/[^\x00]*$")
     working_dir: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,
@@ -171,16 +174,18 @@ class SessionCreate(Input):
                 raise ValueError(f"value of {key} contains a NUL byte")
         return value
 
-    @field_validator("workdir")
+    @field_validator("workdir", mode="before")  # before the pattern: a clearer message
     @classmethod
-    def _workdir(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or "\x00" in value):
+    def _workdir(cls, value: object) -> object:
+        if isinstance(value, str) and (not value.startswith("/") or "\x00" in value):
             raise ValueError("must be an absolute path")
         return value
 
     @field_validator("starts_at", mode="before")
     @classmethod
     def _starts_at(cls, value: object) -> object:
+        if isinstance(value, bool | int | float):  # the schema says a string: no epochs
+            raise ValueError("an ISO 8601 time or a delay such as +10m")
         return parse_start(value) if isinstance(value, str) else value
 
     @field_validator("depends_on")

@@ -85,7 +85,7 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
         handle_signals=handle_signals,
         ctx=ctx,
     )
-    main = asyncio.ensure_future(worker.async_run())
+    main = asyncio.ensure_future(queue.run(worker))
     # inference endpoints: every scheduler process runs the loop, the lease holder acts
     controller = EndpointController(db, pool, settings)
     endpoints = asyncio.create_task(controller.run())

@@ -75,7 +75,11 @@ class LogService:
 
     # -- append (from workers) --------------------------------------------------------
     async def append(
-        self, kernel_id: str, session_id: str, chunks: Iterable[LogChunkIn]
+        self,
+        kernel_id: str,
+        session_id: str,
+        chunks: Iterable[LogChunkIn],
+        attempt: int | None = None,
     ) -> dict[str, int]:
         events: list[tuple[str, dict[str, Any]]] = []
         async with self.db() as db, db.begin():
@@ -86,6 +90,8 @@ class LogService:
             ).scalar_one_or_none()
             if kernel is None or kernel.session_id != session_id:
                 raise NotFound(f"no kernel {kernel_id} in session {session_id}")
+            if attempt is not None and attempt != kernel.attempt:  # fencing
+                raise NotFound(f"attempt {attempt} of kernel {kernel_id} was moved elsewhere")
             offsets = {k: int(v) for k, v in kernel.log_offsets.items()}
             kept = sum(v for k, v in offsets.items() if not k.startswith("_"))
             now = await db_now(db)

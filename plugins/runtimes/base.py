@@ -201,6 +201,8 @@ class KernelHandle:
     ports: dict[str, int] = field(default_factory=dict)  # service name -> host port
     started_at: float = 0.0  # epoch seconds
     exited: bool = False  # found already exited by list_kernels()
+    #: False: created but its process never ran (a worker died between create and start)
+    started: bool = True
     extra: dict[str, Any] = field(default_factory=dict)  # runtime-private (spec echo, ...)
 
 

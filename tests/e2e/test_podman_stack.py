@@ -24,6 +24,7 @@ import pytest
 from harness import Stack
 from podman import PodmanClient
 from podman_harness import BUSYBOX, PYTHON, PodmanNodes, sse, wait_gone, wait_state_not
+from podman_registry import local_registry_image, registry_binary
 
 from gateway.db.migrate import upgrade
 from gateway.db.models import Base
@@ -522,3 +523,74 @@ async def test_a_lost_node_s_session_runs_again_in_a_container_of_its_own(
         assert (await api.delete(f"/v1/sessions/{s['id']}")).status_code == 202
     await stack.wait_status(s["id"], {"TERMINATED"})
     await wait_gone(podman_nodes, label)
+
+
+# -- a worker killed (SIGKILL) in the middle of a container operation ------------------------
+async def test_worker_killed_while_starting_a_container_runs_it_once(
+    stack: Stack, podman_nodes: PodmanNodes, images: dict[str, str]
+) -> None:
+    """Killed the moment Podman has the container (created, or just started): the worker
+    that comes back starts a never-started container over, or re-attaches to a running
+    one; either way the command runs once and its session ends as the command did."""
+    node, env = podman_nodes.new(), podman_nodes.env()
+    worker = await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+    s = await stack.submit(image=images["busybox"], command=["sh", "-c", "echo ran; exit 3"])
+    label = f"jobgate.session={s['id']}"
+    # Podman is another process: poll it, to kill the worker right after the create
+    while not await asyncio.to_thread(podman_nodes.states, label):  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+    await worker.kill9()
+    await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+    done = await stack.wait_status(s["id"], {"FAILED"})
+    assert (done["exit_code"], done["node"]) == (3, node)
+    assert await stack.logs(s["id"]) == "ran\n"  # once
+    assert [h["to_status"] for h in done["history"]][-2:] == ["RUNNING", "FAILED"]
+    await wait_gone(podman_nodes, label)
+
+
+async def test_worker_killed_while_stopping_a_container_stops_it_when_back(
+    stack: Stack, podman_nodes: PodmanNodes, images: dict[str, str]
+) -> None:
+    """The container ignores SIGTERM, so the stop waits out its grace; the worker is
+    killed meanwhile. The gateway sends the stop again to the worker that comes back,
+    which kills the container after the grace: TERMINATED, nothing left behind."""
+    stack.settings.stop_grace_s = 3.0
+    node, env = podman_nodes.new(), podman_nodes.env()
+    worker = await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+    script = "trap '' TERM; echo up; while true; do sleep 1; done"
+    s = await stack.submit(image=images["busybox"], command=["sh", "-c", script])
+    await stack.wait_output(s["id"], "up")
+    async with stack.client() as api:
+        assert (await api.delete(f"/v1/sessions/{s['id']}")).json()["status"] == "TERMINATING"
+    await asyncio.sleep(1.0)  # the worker took the stop job and is waiting out the grace
+    await worker.kill9()
+    label = f"jobgate.session={s['id']}"
+    assert await asyncio.to_thread(podman_nodes.states, label) == ["running"]
+    await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+    done = await stack.wait_status(s["id"], {"TERMINATED"}, timeout=60)
+    assert done["exit_code"] == 137  # SIGKILL after the grace: TERM was ignored
+    assert await stack.logs(s["id"]) == "up\n"
+    await wait_gone(podman_nodes, label)
+
+
+async def test_worker_killed_while_pulling_an_image_pulls_and_runs_it_once(
+    stack: Stack, podman_nodes: PodmanNodes, images: dict[str, str], shared_dir: Path
+) -> None:
+    """Killed while the session is preparing (its image, only a local registry has it,
+    being pulled): the worker that comes back prepares it again - it never ran - and
+    the command runs once."""
+    binary = registry_binary()
+    if binary is None:
+        _missing("no docker-registry or openssl (scripts/build-test-images.sh registry)")
+    socket = podman_nodes.socket
+    with local_registry_image(binary, socket, images["busybox"], shared_dir, 30_000_000) as image:
+        node, env = podman_nodes.new(), podman_nodes.env()
+        worker = await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+        s = await stack.submit(image=image, command=["sh", "-c", "wc -c < /blob; exit 5"])
+        await stack.wait_status(s["id"], {"PREPARING", "RUNNING"})
+        await worker.kill9()
+        await stack.start_worker_process(node, JOBGATE_WORKER_RUNTIME="podman", **env)
+        done = await stack.wait_status(s["id"], {"FAILED"}, timeout=120)
+        assert (done["exit_code"], done["node"]) == (5, node)
+        assert (await stack.logs(s["id"])).split() == ["30000000"]  # it ran once
+        await wait_gone(podman_nodes, f"jobgate.session={s['id']}")

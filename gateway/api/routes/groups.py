@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from gateway.api.deps import Admin, CurrentUser, DbSession, State
 from gateway.db.models import Node, ResourceGroup
 from gateway.domain.errors import Invalid
 from gateway.domain.patch import merge_patch
+from gateway.domain.requests import Input
 from gateway.scheduler.snapshot import group_config
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.pipeline import build_pipeline
@@ -27,8 +28,7 @@ router = APIRouter(prefix="/v1/resource-groups", tags=["groups"])
 GroupName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
-class GroupSet(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GroupSet(Input):
     description: str = Field(default="", max_length=500)
     scheduler: dict[str, Any] = Field(
         default_factory=dict,
@@ -36,8 +36,7 @@ class GroupSet(BaseModel):
     )
 
 
-class GroupPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GroupPatch(Input):
     description: str | None = Field(default=None, max_length=500)
     scheduler: dict[str, Any] | None = Field(
         default=None, description="merged into the pipeline configuration key by key"

@@ -7,21 +7,21 @@ An entry overrides the image's own ``jobgate.service-ports`` label. Known app na
 from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import select
 
 from contract.apps import with_defaults
 from gateway.api.deps import Admin, CurrentUser, DbSession
 from gateway.db.models import Image
 from gateway.domain.errors import Invalid, NotFound
+from gateway.domain.requests import Input
 from gateway.domain.validation import valid_image_reference
 from plugins.runtimes.base import parse_service_ports
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
 
 
-class AppDefinition(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AppDefinition(Input):
     port: int = Field(ge=1, le=65535)
     protocol: str = Field(default="http", pattern="^(http|tcp)$")
     start: str | None = Field(
@@ -30,8 +30,7 @@ class AppDefinition(BaseModel):
     strip_prefix: bool = False
 
 
-class ImageSet(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ImageSet(Input):
     service_ports: str | None = Field(
         default=None, description="jupyter:http:8888,code-server:http:8080 (as the label)"
     )

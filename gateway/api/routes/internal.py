@@ -27,5 +27,5 @@ async def append_logs(kernel_id: str, body: LogUpload, state: State) -> LogOffse
         ]
     except binascii.Error:
         raise Invalid("chunk data is not base64", field="chunks.data") from None
-    offsets = await state.logs.append(kernel_id, body.session_id, chunks)
+    offsets = await state.logs.append(kernel_id, body.session_id, chunks, body.attempt)
     return LogOffsets(offsets=offsets)

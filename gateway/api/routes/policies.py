@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Response, status
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy import select
 
 from gateway.api.deps import Admin, DbSession
 from gateway.db.models import Project, ResourcePolicy, User
 from gateway.domain.errors import Invalid, NotFound
 from gateway.domain.patch import merge_patch
+from gateway.domain.requests import Input
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from plugins.resources import InvalidResource, ResourceSlots
 
@@ -30,8 +31,7 @@ router = APIRouter(prefix="/v1/policies", tags=["policies"])
 Scope = Literal["user", "project"]
 
 
-class PolicySet(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PolicySet(Input):
     max_sessions: int | None = Field(default=None, ge=0, description="running at once")
     max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
     max_slots: dict[str, str | int | float] | None = Field(
@@ -68,10 +68,9 @@ def _check_slots(value: dict[str, str | int | float]) -> None:
         )
 
 
-class PolicyPatch(BaseModel):
+class PolicyPatch(Input):
     """Only the fields given change; ``null`` makes a limit unlimited."""
 
-    model_config = ConfigDict(extra="forbid")
     max_sessions: int | None = Field(default=None, ge=0, description="running at once")
     max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
     max_slots: dict[str, str | int | float | None] | None = Field(

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from gateway.api.deps import Admin, CurrentUser, DbSession
 from gateway.db.models import Project, ProjectMember, User
 from gateway.domain.errors import Conflict, Invalid, NotFound
+from gateway.domain.requests import Input
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
 
 
-class ProjectCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ProjectCreate(Input):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class MemberAdd(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MemberAdd(Input):
     user: str = Field(max_length=64)
 
 

@@ -73,6 +73,7 @@ def handle_from_row(row: dict[str, Any]) -> KernelHandle | None:
         ports=_named(ports, _row_ports(row.get("Ports"))),
         started_at=float(row.get("StartedAt") or 0),
         exited=state not in RUNNING,
+        started=state not in NEVER_STARTED,
         extra={"mem_limit": _mem_limit(labels), "state": state},
     )
 
