@@ -10,12 +10,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from contract.blobs import DIGEST_PATTERN
 from contract.endpoints import ENDPOINT_NAME_PATTERN, Probe, valid_endpoint_name
 from gateway.domain.autoscale import AutoscaleSettings
-from gateway.domain.requests import NAME_PATTERN
+from gateway.domain.requests import NAME_PATTERN, Input
 from gateway.domain.rollout import RolloutSettings
 from gateway.domain.validation import ENV_NAME, valid_image_reference
 
@@ -30,11 +30,7 @@ __all__ = [
 ]
 
 
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RevisionSpec(_Input):
+class RevisionSpec(Input):
     """What each replica runs: one revision of the endpoint."""
 
     image: str | None = Field(default=None, description="image reference (runtime default)")
@@ -101,7 +97,7 @@ class EndpointCreate(RevisionSpec):
         return value
 
 
-class EndpointUpdate(_Input):
+class EndpointUpdate(Input):
     """A new revision: the current one with the fields given here changed."""
 
     image: str | None = None
@@ -119,7 +115,7 @@ class EndpointUpdate(_Input):
         return RevisionSpec.model_validate(current | self.model_dump(exclude_unset=True))
 
 
-class EndpointScale(_Input):
+class EndpointScale(Input):
     """A fixed count (``replicas``) or a range (``min_replicas``/``max_replicas``), and
     optionally the other autoscaling settings; what is not given stays."""
 
@@ -153,11 +149,11 @@ class EndpointScale(_Input):
         return AutoscaleSettings.model_validate(values)
 
 
-class EndpointRollback(_Input):
+class EndpointRollback(Input):
     to: int | None = Field(default=None, ge=1, description="a revision (default: the previous)")
 
 
-class TokenCreate(_Input):
+class TokenCreate(Input):
     name: str = Field(default="", max_length=64)
     expires: str | None = Field(
         default=None, description="a lifetime such as 30d, 12h, 90m or 3600s (never: none)"

@@ -24,13 +24,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
 from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN, is_automount
 from gateway.api.deps import CurrentUser, State
 from gateway.auth import Principal
 from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound
+from gateway.domain.requests import Input
 from gateway.services.folderfs import Entry, Upload
 from gateway.services.folders import FolderView
 
@@ -60,8 +61,7 @@ class UnsupportedMedia(JobgateError):
     title = "Unsupported media type"
 
 
-class FolderCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FolderCreate(Input):
     name: str = Field(
         pattern=FOLDER_NAME_PATTERN,
         description="a leading dot makes it an automount folder (.local, .cache)",
@@ -88,19 +88,16 @@ class FolderList(BaseModel):
     items: list[FolderPublic]
 
 
-class ShareSet(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ShareSet(Input):
     perm: Perm
 
 
-class MoveBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class MoveBody(Input):
     source: str = Field(max_length=4096)
     target: str = Field(max_length=4096)
 
 
-class PathBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PathBody(Input):
     path: str = Field(max_length=4096)
 
 
