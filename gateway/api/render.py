@@ -65,6 +65,9 @@ def public(d: SessionDetails) -> SessionPublic:
         max_retries=s.max_retries,
         retries=s.retries or 0,
         apps=sorted(s.apps),
+        array_id=s.array_id,
+        array_index=s.array_index,
+        array_size=s.array_size,
     )
     if d.history is not None:
         view.history = [

@@ -84,6 +84,10 @@ class SessionPublic(BaseModel):
     max_retries: int | None = None  # as asked; None: the resource group's default
     retries: int = 0  # re-runs after lost nodes so far
     apps: list[str]
+    #: an array's sessions (``count``): its id (its first session's), index and size
+    array_id: str | None = None
+    array_index: int | None = None
+    array_size: int | None = None
     history: list[HistoryItem] | None = None
     #: interactive sessions: when the proxy last carried traffic, and when idleness ends it
     last_activity_at: datetime | None = None

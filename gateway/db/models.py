@@ -217,6 +217,7 @@ class Session(Base):
         UniqueConstraint("owner_id", "idempotency_key", name="uq_sessions_idempotency"),
         Index("ix_sessions_status_group", "status", "resource_group"),
         Index("ix_sessions_owner_created", "owner_id", "created_at"),
+        Index("ix_sessions_array", "array_id", "array_index"),
         # a name is unique among an owner's live sessions (the database says so, so two
         # concurrent creates cannot both take it); ended sessions keep their names
         Index(
@@ -269,6 +270,10 @@ class Session(Base):
     lost_node: Mapped[str | None] = mapped_column(String(128), default=None)
     #: apps it serves: name -> {"port", "protocol", "strip_prefix", "start"}
     apps: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: an array's sessions share its id (the first one's id); index 0..size-1
+    array_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    array_index: Mapped[int | None] = mapped_column(Integer, default=None)
+    array_size: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column(default=None)
     started_at: Mapped[datetime | None] = mapped_column(default=None)

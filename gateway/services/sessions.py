@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from arq.connections import ArqRedis
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Executable, Table, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -44,7 +44,7 @@ from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
-from gateway.queue import request_schedule
+from gateway.queue import ScheduleRequests
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.blobs import BlobStore
 from gateway.services.views import SessionDetails, get_owned
@@ -56,6 +56,10 @@ SESSIONS = cast(Table, Session.__table__)
 HISTORY = cast(Table, StatusHistory.__table__)
 KERNELS = cast(Table, Kernel.__table__)
 
+ARRAY_ID_ENV = "JOBGATE_ARRAY_ID"
+ARRAY_INDEX_ENV = "JOBGATE_ARRAY_INDEX"
+ARRAY_SIZE_ENV = "JOBGATE_ARRAY_SIZE"
+NAMES_PER_QUERY = 1000  # an array's names are checked this many at a time
 POLICY_CACHE_S = 5.0
 SHAPES_CACHE_S = 10.0  # node shapes per group (feasibility at submit); refusals re-read
 BUILTIN_SLOTS = frozenset({CPU, MEM, "cuda.device", "cuda.shares", "rocm.device", "tpu.device"})
@@ -85,6 +89,7 @@ class SessionService:
         self.db = db
         self.blobs = blobs
         self.pool = pool
+        self.schedule = ScheduleRequests(pool)
         self.settings = settings
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
         self._slots_cache: tuple[float, frozenset[str]] = (0.0, BUILTIN_SLOTS)
@@ -117,12 +122,18 @@ class SessionService:
                     replay = await self._replay(db, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
-                await self._check_name(db, principal, body.name)
+                await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
             raise
-        await request_schedule(self.pool, session.resource_group)
+        await self.schedule.request(session.resource_group)
         return Created(session, created=True, details=details)
 
     def _check_sizes(self, body: SessionCreate) -> None:
+        if body.count is not None and body.count > self.settings.max_array_count:
+            raise Invalid(
+                f"count is {body.count}; the limit is {self.settings.max_array_count} "
+                "sessions per request (JOBGATE_MAX_ARRAY_COUNT)",
+                field="count",
+            )
         env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
         if env_bytes > self.settings.max_env_bytes:
             raise Invalid(
@@ -211,28 +222,26 @@ class SessionService:
         key: str | None,
         digest: str,
     ) -> tuple[Session, list[Kernel], str | None]:
+        """Insert the session (or the array's sessions) with one statement per table."""
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
-        await self._check_name(db, principal, body.name)
+        rows = _array_rows(body)
+        await self._check_names(db, principal, [name for name, _ in rows])
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)
-        await self._check_pending(db, principal, project_id, body.project)
+        await self._check_pending(db, principal, project_id, body.project, len(rows))
         starts_at = body.starts_at
         if isinstance(starts_at, timedelta):
             starts_at = await db_now(db) + starts_at
-        values: dict[str, Any] = dict(
-            id=new_id(),
-            name=body.name,
+        common: dict[str, Any] = dict(
             owner_id=principal.user_id,
             project_id=project_id,
             type=body.type,
             status=S.PENDING,
             status_reason=f"submitted by {principal.name}",
-            status_changed_at=clock(db),
             image=image,
             command={"argv": body.command},
-            env=dict(body.env),
             workdir=body.workdir,
             working_dir=body.working_dir,
             mounts={"items": [m.model_dump() for m in body.mounts]},
@@ -244,31 +253,49 @@ class SessionService:
             priority=body.priority,
             constraints=dict(body.constraints),
             starts_at=starts_at,
-            idempotency_key=key,
+            idempotency_key=None,
             request_hash=digest,
             idle_timeout_s=body.idle_timeout,
             max_retries=body.max_retries,
             apps=await self._registered_apps(db, body),
             pending_reason="waiting for the scheduler",
-            created_at=clock(db),  # the database's clock, in the INSERT: no extra round trip
+            array_id=None,
+            array_index=None,
+            array_size=None,
         )
-        # Core inserts on the tables, not the ORM: this is the hottest write path, and
-        # three plain INSERTs cost a fraction of the ORM's bookkeeping for the same rows
-        now = (
-            await db.execute(insert(SESSIONS).values(values).returning(SESSIONS.c.created_at))
-        ).scalar_one()
-        values["created_at"] = values["status_changed_at"] = now
-        kernel_rows = [
-            {"id": new_id(), "session_id": values["id"], "cluster_idx": index, "updated_at": now}
-            for index in range(body.cluster_size)
+        first = new_id()
+        params = [
+            common | {"id": first if i == 0 else new_id(), "name": name, "env": env}
+            for i, (name, env) in enumerate(rows)
         ]
-        await db.execute(insert(HISTORY).values(_history_created(values["id"], principal, now)))
+        params[0]["idempotency_key"] = key  # one row holds the key: a replay finds it
+        if body.count is not None:
+            for i, row in enumerate(params):
+                row.update(array_id=first, array_index=i, array_size=len(params))
+                row["env"] = row["env"] | _array_env(first, i, len(params))
+        # Core inserts with bound parameters, not the ORM: this is the hottest write path;
+        # the statements compile once, the database's clock stamps each row (no extra
+        # round trip) and an array is one multi-row statement per table
+        stamped = await db.execute(
+            _statements(db).sessions, params if len(params) > 1 else params[0]
+        )
+        stamps = [row.created_at for row in stamped]
+        history: list[dict[str, Any]] = []
+        kernel_rows: list[dict[str, Any]] = []
+        for row, now in zip(params, stamps, strict=True):
+            row["created_at"] = row["status_changed_at"] = now
+            history.append(_history_created(row["id"], principal, now))
+            kernel_rows.extend(
+                {"id": new_id(), "session_id": row["id"], "cluster_idx": index, "updated_at": now}
+                for index in range(body.cluster_size)
+            )
+        await db.execute(insert(HISTORY), history)
         await db.execute(insert(KERNELS), kernel_rows)
-        await self._dependencies(db, principal, values["id"], body)
-        session = Session(**values)  # a transient copy of the row, for the response
+        await self._dependencies(db, principal, [row["id"] for row in params], body)
+        session = Session(**params[0])  # a transient copy of the first row, for the response
         kernels = [
             Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
-            for row in kernel_rows
+            for row in kernel_rows[: body.cluster_size]
         ]
         return session, kernels, body.project if project_id else None
 
@@ -320,27 +347,31 @@ class SessionService:
             groups.setdefault(group, set()).add(shape)
         return {group: list(shapes) for group, shapes in groups.items()}
 
-    async def _check_name(self, db: AsyncSession, principal: Principal, name: str | None) -> None:
+    async def _check_names(
+        self, db: AsyncSession, principal: Principal, names: list[str | None]
+    ) -> None:
         """A name is unique among the owner's live sessions (the partial unique index
         ``uq_sessions_owner_live_name`` enforces it; this says which session has it)."""
-        if name is None:
-            return
-        taken = (
-            await db.execute(
-                select(Session.id).where(
-                    Session.owner_id == principal.user_id,
-                    Session.name == name,
-                    Session.status.not_in([str(s) for s in TERMINAL]),
+        wanted = [name for name in names if name is not None]
+        for start in range(0, len(wanted), NAMES_PER_QUERY):
+            taken = (
+                await db.execute(
+                    select(Session.name, Session.id)
+                    .where(
+                        Session.owner_id == principal.user_id,
+                        Session.name.in_(wanted[start : start + NAMES_PER_QUERY]),
+                        Session.status.not_in([str(s) for s in TERMINAL]),
+                    )
+                    .limit(1)
                 )
-            )
-        ).scalar_one_or_none()
-        if taken is not None:
-            raise Conflict(
-                f"the name {name!r} is taken by live session {taken}; "
-                "names are unique among your sessions until they end",
-                field="name",
-                session=taken,
-            )
+            ).first()
+            if taken is not None:
+                raise Conflict(
+                    f"the name {taken.name!r} is taken by live session {taken.id}; "
+                    "names are unique among your sessions until they end",
+                    field="name",
+                    session=taken.id,
+                )
 
     async def _project(
         self, db: AsyncSession, principal: Principal, name: str | None
@@ -359,9 +390,15 @@ class SessionService:
         return project.id
 
     async def _check_pending(
-        self, db: AsyncSession, principal: Principal, project_id: str | None, project: str | None
+        self,
+        db: AsyncSession,
+        principal: Principal,
+        project_id: str | None,
+        project: str | None,
+        adding: int = 1,
     ) -> None:
-        """The max_pending policies of the user and the project (a soft limit under races)."""
+        """The max_pending policies of the user and the project (a soft limit under races);
+        an array must fit whole."""
         limits = await self._pending_limits(db)
         if not limits:
             return
@@ -381,9 +418,10 @@ class SessionService:
                     .where(column == subject, Session.status == S.PENDING)
                 )
             ).scalar_one()
-            if pending >= limit:
+            if pending + adding > limit:
+                more = f"; {adding} more do not fit" if adding > 1 else ""
                 raise QuotaExceeded(
-                    f"quota: {label} already has {pending} of {limit} pending sessions"
+                    f"quota: {label} already has {pending} of {limit} pending sessions{more}"
                 )
 
     async def _pending_limits(self, db: AsyncSession) -> dict[tuple[str, str], int]:
@@ -416,7 +454,7 @@ class SessionService:
             raise Invalid(f"no resource group {group!r}", field="resource_group")
 
     async def _dependencies(
-        self, db: AsyncSession, principal: Principal, session_id: str, body: SessionCreate
+        self, db: AsyncSession, principal: Principal, session_ids: list[str], body: SessionCreate
     ) -> None:
         ids = body.depends_on
         if not ids:
@@ -432,7 +470,7 @@ class SessionService:
             raise Invalid(f"no session {unknown[0]}", field="depends_on")
         await db.execute(
             insert(SessionDependency),
-            [{"session_id": session_id, "depends_on_id": dep} for dep in ids],
+            [{"session_id": sid, "depends_on_id": dep} for sid in session_ids for dep in ids],
         )
 
     # -- terminate --------------------------------------------------------------------
@@ -453,6 +491,45 @@ class SessionService:
             )
         await outbox.flush(self.pool)
         return session
+
+
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    sessions: Executable  # INSERT ... RETURNING created_at, stamped by the database clock
+
+
+_STATEMENTS: dict[str, _Statements] = {}
+
+
+def _statements(db: AsyncSession) -> _Statements:
+    dialect = db.get_bind().dialect.name
+    found = _STATEMENTS.get(dialect)
+    if found is None:
+        now = clock(db)
+        found = _STATEMENTS[dialect] = _Statements(
+            insert(SESSIONS)
+            .values(created_at=now, status_changed_at=now)
+            .returning(SESSIONS.c.created_at, sort_by_parameter_order=True)
+        )
+    return found
+
+
+def _array_rows(body: SessionCreate) -> list[tuple[str | None, dict[str, str]]]:
+    """(name, env) per session: one for a plain request, ``count`` for an array, whose
+    sessions are named ``NAME-INDEX`` when the request has a name."""
+    if body.count is None:
+        return [(body.name, dict(body.env))]
+    return [
+        (f"{body.name}-{i}" if body.name else None, dict(body.env)) for i in range(body.count)
+    ]
+
+
+def _array_env(array_id: str, index: int, size: int) -> dict[str, str]:
+    return {
+        ARRAY_ID_ENV: array_id,
+        ARRAY_INDEX_ENV: str(index),
+        ARRAY_SIZE_ENV: str(size),
+    }
 
 
 def _history_created(session_id: str, principal: Principal, now: datetime) -> dict[str, Any]:
