@@ -29,8 +29,8 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,7 +87,7 @@ class ApiBench(Bench):
         await self.setup_worker(await self.setup_gateway())
 
     async def load(self, n: int, latencies: list[float]) -> int:
-        body = {"command": ["true"], "resources": {"cpu": "1", "mem": "1g"}}
+        body: dict[str, object] = {"command": ["true"], "resources": {"cpu": "1", "mem": "1g"}}
         request = build_request(self.port, self.key, body)
         left = n
         errors = 0

@@ -25,12 +25,12 @@ from contract.keys import (
 from contract.messages import StartKernel, StopKernel
 
 __all__ = [
+    "ScheduleRequests",
     "connect",
     "enqueue_start",
     "enqueue_starts",
     "enqueue_stop",
     "request_schedule",
-    "ScheduleRequests",
 ]
 
 #: jobs that fail are retried by the reconciler, not by arq's own retry loop

@@ -11,18 +11,18 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, cast
 
 from arq.connections import ArqRedis
-from sqlalchemy import Executable, Table, func, insert, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal
 from gateway.config import GatewaySettings
-from gateway.db.clock import clock, db_now
+from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import (
     Image,
@@ -33,7 +33,6 @@ from gateway.db.models import (
     ResourceGroup,
     ResourcePolicy,
     Session,
-    SessionDependency,
     StatusHistory,
     new_id,
 )
@@ -47,6 +46,7 @@ from gateway.outbox import Outbox
 from gateway.queue import ScheduleRequests
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.blobs import BlobStore
+from gateway.services.session_writer import NewSessions, SessionWriter
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
@@ -90,6 +90,7 @@ class SessionService:
         self.blobs = blobs
         self.pool = pool
         self.schedule = ScheduleRequests(pool)
+        self.writer = SessionWriter(db)
         self.settings = settings
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
         self._slots_cache: tuple[float, frozenset[str]] = (0.0, BUILTIN_SLOTS)
@@ -103,17 +104,13 @@ class SessionService:
         digest = request_hash(body)
         self._check_sizes(body)
         try:
-            async with self.db() as db, db.begin():
+            async with self.db() as db:  # reads (most are cached): no transaction needed
                 if idempotency_key:
                     replay = await self._replay(db, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
-                session, kernels, project = await self._insert(
-                    db, principal, body, idempotency_key, digest
-                )
-                details = SessionDetails(
-                    session, kernels, list(body.depends_on), principal.name, project
-                )
+                new, project = await self._prepare(db, principal, body, idempotency_key, digest)
+            await self.writer.write(new)  # group commit with concurrent creates
         except IntegrityError:
             # a concurrent request won the race: with the same key, answer with its
             # session; with the same name, say which live session has it
@@ -124,6 +121,12 @@ class SessionService:
                         return Created(replay, created=False)
                 await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
             raise
+        session = Session(**new.rows[0])  # a transient copy of the first row, for the answer
+        kernels = [
+            Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
+            for row in new.kernels[: body.cluster_size]
+        ]
+        details = SessionDetails(session, kernels, list(body.depends_on), principal.name, project)
         await self.schedule.request(session.resource_group)
         return Created(session, created=True, details=details)
 
@@ -214,15 +217,15 @@ class SessionService:
         self._slots_cache = (time.monotonic(), known)
         return known
 
-    async def _insert(
+    async def _prepare(
         self,
         db: AsyncSession,
         principal: Principal,
         body: SessionCreate,
         key: str | None,
         digest: str,
-    ) -> tuple[Session, list[Kernel], str | None]:
-        """Insert the session (or the array's sessions) with one statement per table."""
+    ) -> tuple[NewSessions, str | None]:
+        """Check the request and build its rows (one session, or an array's)."""
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
         rows = _array_rows(body)
         await self._check_names(db, principal, [name for name, _ in rows])
@@ -273,31 +276,11 @@ class SessionService:
             for i, row in enumerate(params):
                 row.update(array_id=first, array_index=i, array_size=len(params))
                 row["env"] = row["env"] | _array_env(first, i, len(params))
-        # Core inserts with bound parameters, not the ORM: this is the hottest write path;
-        # the statements compile once, the database's clock stamps each row (no extra
-        # round trip) and an array is one multi-row statement per table
-        stamped = await db.execute(
-            _statements(db).sessions, params if len(params) > 1 else params[0]
+        await self._check_dependencies(db, principal, body)
+        new = NewSessions(
+            params, body.cluster_size, f"submitted by {principal.name}", list(body.depends_on)
         )
-        stamps = [row.created_at for row in stamped]
-        history: list[dict[str, Any]] = []
-        kernel_rows: list[dict[str, Any]] = []
-        for row, now in zip(params, stamps, strict=True):
-            row["created_at"] = row["status_changed_at"] = now
-            history.append(_history_created(row["id"], principal, now))
-            kernel_rows.extend(
-                {"id": new_id(), "session_id": row["id"], "cluster_idx": index, "updated_at": now}
-                for index in range(body.cluster_size)
-            )
-        await db.execute(insert(HISTORY), history)
-        await db.execute(insert(KERNELS), kernel_rows)
-        await self._dependencies(db, principal, [row["id"] for row in params], body)
-        session = Session(**params[0])  # a transient copy of the first row, for the response
-        kernels = [
-            Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
-            for row in kernel_rows[: body.cluster_size]
-        ]
-        return session, kernels, body.project if project_id else None
+        return new, body.project if project_id else None
 
     async def _feasible(
         self, db: AsyncSession, body: SessionCreate, resources: ResourceSlots
@@ -453,8 +436,8 @@ class SessionService:
         if await db.get(ResourceGroup, group) is None:
             raise Invalid(f"no resource group {group!r}", field="resource_group")
 
-    async def _dependencies(
-        self, db: AsyncSession, principal: Principal, session_ids: list[str], body: SessionCreate
+    async def _check_dependencies(
+        self, db: AsyncSession, principal: Principal, body: SessionCreate
     ) -> None:
         ids = body.depends_on
         if not ids:
@@ -468,10 +451,6 @@ class SessionService:
         unknown = [i for i in ids if i not in found]
         if unknown:
             raise Invalid(f"no session {unknown[0]}", field="depends_on")
-        await db.execute(
-            insert(SessionDependency),
-            [{"session_id": sid, "depends_on_id": dep} for sid in session_ids for dep in ids],
-        )
 
     # -- terminate --------------------------------------------------------------------
     async def terminate(
@@ -493,35 +472,12 @@ class SessionService:
         return session
 
 
-@dataclass(frozen=True, slots=True)
-class _Statements:
-    sessions: Executable  # INSERT ... RETURNING created_at, stamped by the database clock
-
-
-_STATEMENTS: dict[str, _Statements] = {}
-
-
-def _statements(db: AsyncSession) -> _Statements:
-    dialect = db.get_bind().dialect.name
-    found = _STATEMENTS.get(dialect)
-    if found is None:
-        now = clock(db)
-        found = _STATEMENTS[dialect] = _Statements(
-            insert(SESSIONS)
-            .values(created_at=now, status_changed_at=now)
-            .returning(SESSIONS.c.created_at, sort_by_parameter_order=True)
-        )
-    return found
-
-
 def _array_rows(body: SessionCreate) -> list[tuple[str | None, dict[str, str]]]:
     """(name, env) per session: one for a plain request, ``count`` for an array, whose
     sessions are named ``NAME-INDEX`` when the request has a name."""
     if body.count is None:
         return [(body.name, dict(body.env))]
-    return [
-        (f"{body.name}-{i}" if body.name else None, dict(body.env)) for i in range(body.count)
-    ]
+    return [(f"{body.name}-{i}" if body.name else None, dict(body.env)) for i in range(body.count)]
 
 
 def _array_env(array_id: str, index: int, size: int) -> dict[str, str]:
@@ -529,14 +485,4 @@ def _array_env(array_id: str, index: int, size: int) -> dict[str, str]:
         ARRAY_ID_ENV: array_id,
         ARRAY_INDEX_ENV: str(index),
         ARRAY_SIZE_ENV: str(size),
-    }
-
-
-def _history_created(session_id: str, principal: Principal, now: datetime) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "from_status": None,
-        "to_status": S.PENDING,
-        "reason": f"submitted by {principal.name}",
-        "created_at": now,
     }
