@@ -101,7 +101,8 @@ class SessionService:
     async def create(
         self, principal: Principal, body: SessionCreate, idempotency_key: str | None
     ) -> Created:
-        digest = request_hash(body)
+        # the hash only serves replays: a request without a key has none to compare
+        digest = request_hash(body) if idempotency_key else ""
         self._check_sizes(body)
         try:
             async with self.db() as db:  # reads (most are cached): no transaction needed
@@ -257,7 +258,7 @@ class SessionService:
             constraints=dict(body.constraints),
             starts_at=starts_at,
             idempotency_key=None,
-            request_hash=digest,
+            request_hash=digest or None,
             idle_timeout_s=body.idle_timeout,
             max_retries=body.max_retries,
             apps=await self._registered_apps(db, body),
