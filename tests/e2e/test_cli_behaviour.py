@@ -109,9 +109,9 @@ def test_run_count_makes_an_array_waits_for_all_and_exits_with_the_highest_code(
     lines = done.stderr.splitlines()
     assert re.fullmatch(r"jobgate: array \S+ of 3 sessions submitted", lines[0])
     array_id = lines[0].split()[2]
-    assert re.fullmatch(
-        rf"jobgate: array {array_id}: 1 of 3 succeeded, exit code 2", lines[-1]
-    ), lines
+    assert re.fullmatch(rf"jobgate: array {array_id}: 1 of 3 succeeded, exit code 2", lines[-1]), (
+        lines
+    )
     listed = up.cli_json("sessions", "ls", "--array", array_id)
     by_index = {s["array_index"]: s for s in listed}
     assert sorted(by_index) == [0, 1, 2]

@@ -105,9 +105,7 @@ async def test_an_array_must_fit_the_pending_quota_and_the_nodes_whole(stack: St
         assert refused.status_code == 429, refused.text
         assert "8 of 10 pending" in refused.json()["detail"]
         # infeasible on every node: refused whole
-        big = await api.post(
-            "/v1/sessions", json={**BODY, "count": 2, "resources": {"cpu": "64"}}
-        )
+        big = await api.post("/v1/sessions", json={**BODY, "count": 2, "resources": {"cpu": "64"}})
         assert big.status_code == 422
         assert big.json()["field"] == "resources.cpu"
         listed = (await api.get("/v1/sessions")).json()["items"]
