@@ -6,9 +6,9 @@ table - and the requests that arrive meanwhile go into the next one. Under a bur
 cost of a transaction (BEGIN, COMMIT and its WAL flush, the statements' round trips) is
 shared by every request in it; a lone request is written at once, as before.
 
-A batch is all or nothing; when it fails on a constraint (a name or an Idempotency-Key
-that a concurrent request took), each of its requests is written again alone, so only
-the one in conflict sees the error.
+A batch is all or nothing; when it fails (a name or an Idempotency-Key that a concurrent
+request took, a value the database refuses), each of its requests is written again
+alone, so only the one at fault sees the error.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Executable, Table, insert
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.clock import clock
@@ -83,16 +82,14 @@ class SessionWriter:
     async def _commit_batch(self, batch: list[tuple[NewSessions, asyncio.Future[None]]]) -> None:
         try:
             await self._insert([new for new, _ in batch])
-        except IntegrityError as exc:
+        except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0][1], exc)
                 return
-            for item in batch:  # find the one in conflict: each alone
+            # find the one at fault (a name or key a concurrent request took, a value the
+            # database refuses): each alone, so only that request sees its error
+            for item in batch:
                 await self._commit_batch([item])
-            return
-        except Exception as exc:  # the database is away: every request says so
-            for _, done in batch:
-                _settle(done, exc)
             return
         for _, done in batch:
             _settle(done, None)

@@ -6,6 +6,8 @@ fails on the very next request even while it is cached.
 
 from __future__ import annotations
 
+import asyncio
+
 from harness import Stack
 
 BODY = {"command": ["true"], "resources": {"cpu": "0.1", "mem": "64m"}}
@@ -88,6 +90,15 @@ async def test_an_array_is_created_whole_listed_together_and_replayed_by_its_key
 
         total = (await api.get("/v1/sessions", params={"limit": 500})).json()
         assert len(total["items"]) == 400  # still only the first array (one page of 500)
+
+        # concurrent creates share transactions (group commit): one that conflicts
+        # (a duplicate name) fails alone, the others in its batch are created
+        bodies = [{**BODY, "name": f"c{i}"} for i in range(16)] + [{**BODY, "name": "c3"}]
+        answers = await asyncio.gather(*(api.post("/v1/sessions", json=b) for b in bodies))
+        codes = sorted(a.status_code for a in answers)
+        assert codes == [201] * 16 + [409], [a.text for a in answers if a.status_code != 201]
+        named = (await api.get("/v1/sessions", params={"name": "c3"})).json()["items"]
+        assert len(named) == 1
 
 
 async def test_an_array_must_fit_the_pending_quota_and_the_nodes_whole(stack: Stack) -> None:
