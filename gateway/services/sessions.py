@@ -1,8 +1,11 @@
-"""Write side of sessions: create (validated, idempotent) and terminate.
+"""Write side of sessions: create (validated, idempotent; one session or an array of
+``count``, docs/arrays.md) and terminate.
 
-Each public function owns its transaction and does its Redis side effects (schedule
-request, stop jobs, live events) only after the commit, so a failed request leaves no
-half-written row and no job pointing at a row that does not exist.
+Each public function does its Redis side effects (schedule request, stop jobs, live
+events) only after its commit, so a failed request leaves no half-written row and no job
+pointing at a row that does not exist. Terminate owns its transaction; create checks
+first (reads) and hands its rows to ``SessionWriter``, which commits them together with
+whatever other creates are waiting (group commit, ``session_writer.py``).
 """
 
 from __future__ import annotations
