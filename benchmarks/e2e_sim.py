@@ -66,6 +66,12 @@ class Bench:
 
     # -- set-up -----------------------------------------------------------------------
     async def setup(self) -> None:
+        env = await self.setup_gateway()
+        self.spawn("scheduler", [sys.executable, "-m", "jobgate", "scheduler", "run"], env)
+        await self.setup_worker(env)
+
+    async def setup_gateway(self) -> dict[str, str]:
+        """A fresh database, a private Redis and the gateway; the environment they share."""
         conn = await asyncpg.connect(self.args.pg)
         await conn.execute(f'CREATE DATABASE "{self.db_name}"')
         await conn.close()
@@ -92,7 +98,9 @@ class Bench:
             env,
         )
         await self.wait_http(f"http://127.0.0.1:{self.port}/healthz")
-        self.spawn("scheduler", [sys.executable, "-m", "jobgate", "scheduler", "run"], env)
+        return env
+
+    async def setup_worker(self, env: dict[str, str]) -> None:
         self.spawn(
             "worker",
             [
@@ -122,6 +130,7 @@ class Bench:
             "JOBGATE_REDIS_URL": self.redis_url,
             "JOBGATE_DATA_DIR": str(self.tmp),
             "JOBGATE_NODE_TOKEN": "jgn_bench",
+            "JOBGATE_PROXY_SECRET": "bench-proxy-secret-0123456789",
             "JOBGATE_GATEWAY_URL": f"http://127.0.0.1:{self.port}",
             "JOBGATE_LOG_LEVEL": "INFO",
         }

@@ -67,6 +67,7 @@ class GatewaySettings(BaseSettings):
     allowed_mount_roots: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_env_bytes: int = 64 * 1024
     max_command_bytes: int = 64 * 1024
+    max_array_count: int = 10_000  # sessions one request may create (``count``)
     max_log_bytes: int = 64 * 1024 * 1024  # per session; later output is dropped with a note
     stop_grace_s: float = 10.0
 

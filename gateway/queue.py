@@ -9,6 +9,7 @@ so a request that arrives during a pass (and is refused as a duplicate) is not l
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from arq.connections import ArqRedis
@@ -24,6 +25,7 @@ from contract.keys import (
 from contract.messages import StartKernel, StopKernel
 
 __all__ = [
+    "ScheduleRequests",
     "connect",
     "enqueue_start",
     "enqueue_starts",
@@ -50,6 +52,46 @@ async def request_schedule(pool: ArqRedis, resource_group: str) -> None:
         _job_id=schedule_job_id(resource_group),
         _queue_name=SCHEDULER_QUEUE,
     )
+
+
+class ScheduleRequests:
+    """``request_schedule`` for a busy API: concurrent callers share Redis round trips.
+
+    A caller waits for a request *issued after it called* (so after its commit): while
+    one is in flight for a group, every caller that arrives shares the next one, issued
+    as soon as the first returns. Under a burst that is one Redis exchange per round
+    trip, not one per created session.
+    """
+
+    def __init__(self, pool: ArqRedis) -> None:
+        self.pool = pool
+        self._next: dict[str, asyncio.Future[None]] = {}
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def request(self, resource_group: str) -> None:
+        waiter = self._next.get(resource_group)
+        if waiter is None:
+            waiter = self._next[resource_group] = asyncio.get_running_loop().create_future()
+            if resource_group not in self._busy:
+                task = asyncio.create_task(self._issue(resource_group))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        await asyncio.shield(waiter)
+
+    async def _issue(self, resource_group: str) -> None:
+        self._busy.add(resource_group)
+        try:
+            while (waiter := self._next.pop(resource_group, None)) is not None:
+                try:
+                    await request_schedule(self.pool, resource_group)
+                except Exception as exc:  # each waiter sees it (the tick still runs passes)
+                    waiter.set_exception(exc)
+                    waiter.exception()  # retrieved here too: no "never retrieved" noise
+                else:
+                    waiter.set_result(None)
+        finally:
+            self._busy.discard(resource_group)
 
 
 async def enqueue_starts(pool: ArqRedis, starts: list[tuple[str, StartKernel]]) -> None:

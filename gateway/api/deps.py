@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.auth import Principal, authenticate, constant_time_equal
+from gateway.auth import Principal, authenticate_request, constant_time_equal
 from gateway.console import cookies as console
 from gateway.domain.errors import Forbidden, Unauthenticated
 from gateway.state import AppState
@@ -45,8 +45,7 @@ async def _principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is not None:
-        async with state.db() as db:
-            return await authenticate(db, credentials.credentials, state.keys)
+        return await authenticate_request(state.db, credentials.credentials, state.keys)
     cookie = request.cookies.get(console.COOKIE)
     if cookie:  # the web console: same principal as its key, CSRF checks on writes
         return await console.principal(

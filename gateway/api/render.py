@@ -71,6 +71,9 @@ def public(d: SessionDetails) -> SessionPublic:
         folders=list((s.folders or {}).get("items", [])),
         apps=sorted(s.apps),
         callback_url=s.callback_url,
+        array_id=s.array_id,
+        array_index=s.array_index,
+        array_size=s.array_size,
     )
     if d.history is not None:
         view.history = [

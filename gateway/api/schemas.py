@@ -89,6 +89,10 @@ class SessionPublic(BaseModel):
     #: data folders every container mounts: {"id", "name", "target", "read_only", "automount"}
     folders: list[dict[str, Any]] = Field(default_factory=list)
     apps: list[str]
+    #: an array's sessions (``count``): its id (its first session's), index and size
+    array_id: str | None = None
+    array_index: int | None = None
+    array_size: int | None = None
     history: list[HistoryItem] | None = None
     #: where its end is announced; the secret that signs it is shown in the create answer only
     callback_url: str | None = None

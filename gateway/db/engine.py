@@ -30,7 +30,7 @@ SessionFactory = async_sessionmaker[AsyncSession]
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-def create_engine(url: str, *, echo: bool = False, pool_size: int = 10) -> AsyncEngine:
+def create_engine(url: str, *, echo: bool = False, pool_size: int = 20) -> AsyncEngine:
     if url.startswith("sqlite"):
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
         _sqlite_transactions(engine)
@@ -39,7 +39,10 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 10) -> Async
         url,
         echo=echo,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        # overflow connections are closed when returned: under a steady load above
+        # pool_size every request would open a connection (TLS attempt, auth), so the
+        # pool is sized for the API's concurrency and overflow is small
+        max_overflow=pool_size // 2,
         # no pre-ping: it costs a round trip on every checkout; recycle old connections
         # instead, and a connection that died is replaced on its first failure
         pool_recycle=1800,

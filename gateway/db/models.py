@@ -239,6 +239,7 @@ class Session(Base):
         UniqueConstraint("owner_id", "idempotency_key", name="uq_sessions_idempotency"),
         Index("ix_sessions_status_group", "status", "resource_group"),
         Index("ix_sessions_owner_created", "owner_id", "created_at"),
+        Index("ix_sessions_array", "array_id", "array_index"),
         # a name is unique among an owner's live sessions (the database says so, so two
         # concurrent creates cannot both take it); ended sessions keep their names
         Index(
@@ -314,6 +315,10 @@ class Session(Base):
     #: where its end is announced (a signed webhook, docs/pipelines.md), and the secret
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
     callback_secret: Mapped[str | None] = mapped_column(String(128), default=None)
+    #: an array's sessions share its id (the first one's id); index 0..size-1
+    array_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    array_index: Mapped[int | None] = mapped_column(Integer, default=None)
+    array_size: Mapped[int | None] = mapped_column(Integer, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     scheduled_at: Mapped[datetime | None] = mapped_column(default=None)
     started_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -118,6 +118,14 @@ class SessionCreate(Input):
         default=None, description="ISO 8601 time or a delay such as +10m (database clock)"
     )
     idle_timeout: int | None = Field(default=None, ge=60, description="seconds (interactive)")
+    count: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="an array: this many sessions from one request, all or none, each "
+        "with JOBGATE_ARRAY_INDEX (0..count-1); the operator's limit is "
+        "JOBGATE_MAX_ARRAY_COUNT (docs/arrays.md)",
+    )
     max_retries: int | None = Field(
         default=None,
         ge=0,

@@ -1,8 +1,11 @@
-"""Write side of sessions: create (validated, idempotent) and terminate.
+"""Write side of sessions: create (validated, idempotent; one session or an array of
+``count``, docs/arrays.md) and terminate.
 
-Each public function owns its transaction and does its Redis side effects (schedule
-request, stop jobs, live events) only after the commit, so a failed request leaves no
-half-written row and no job pointing at a row that does not exist.
+Each public function does its Redis side effects (schedule request, stop jobs, live
+events) only after its commit, so a failed request leaves no half-written row and no job
+pointing at a row that does not exist. Terminate owns its transaction; create checks
+first (reads) and hands its rows to ``SessionWriter``, which commits them together with
+whatever other creates are waiting (group commit, ``session_writer.py``).
 """
 
 from __future__ import annotations
@@ -12,18 +15,18 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, cast
 
 from arq.connections import ArqRedis
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal
 from gateway.config import GatewaySettings
-from gateway.db.clock import clock, db_now
+from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import (
     Image,
@@ -34,8 +37,6 @@ from gateway.db.models import (
     ResourceGroup,
     ResourcePolicy,
     Session,
-    SessionDependency,
-    SessionFolder,
     StatusHistory,
     new_id,
 )
@@ -48,11 +49,12 @@ from gateway.domain.validation import within_roots
 from gateway.domain.webhooks import check_url
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
-from gateway.queue import request_schedule
+from gateway.queue import ScheduleRequests
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.scheduler.snapshot import group_config
 from gateway.services.blobs import BlobStore
 from gateway.services.folders import FolderService
+from gateway.services.session_writer import NewSessions, SessionWriter
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
@@ -62,6 +64,10 @@ SESSIONS = cast(Table, Session.__table__)
 HISTORY = cast(Table, StatusHistory.__table__)
 KERNELS = cast(Table, Kernel.__table__)
 
+ARRAY_ID_ENV = "JOBGATE_ARRAY_ID"
+ARRAY_INDEX_ENV = "JOBGATE_ARRAY_INDEX"
+ARRAY_SIZE_ENV = "JOBGATE_ARRAY_SIZE"
+NAMES_PER_QUERY = 1000  # an array's names are checked this many at a time
 POLICY_CACHE_S = 5.0
 SHAPES_CACHE_S = 10.0  # node shapes per group (feasibility at submit); refusals re-read
 BUILTIN_SLOTS = frozenset({CPU, MEM, "cuda.device", "cuda.shares", "rocm.device", "tpu.device"})
@@ -93,6 +99,8 @@ class SessionService:
         self.blobs = blobs
         self.folders = folders
         self.pool = pool
+        self.schedule = ScheduleRequests(pool)
+        self.writer = SessionWriter(db)
         self.settings = settings
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
         self._slots_cache: tuple[float, frozenset[str]] = (0.0, BUILTIN_SLOTS)
@@ -103,20 +111,17 @@ class SessionService:
     async def create(
         self, principal: Principal, body: SessionCreate, idempotency_key: str | None
     ) -> Created:
-        digest = request_hash(body)
+        # the hash only serves replays: a request without a key has none to compare
+        digest = request_hash(body) if idempotency_key else ""
         self._check_sizes(body)
         try:
-            async with self.db() as db, db.begin():
+            async with self.db() as db:  # reads (most are cached): no transaction needed
                 if idempotency_key:
                     replay = await self._replay(db, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
-                session, kernels, project = await self._insert(
-                    db, principal, body, idempotency_key, digest
-                )
-                details = SessionDetails(
-                    session, kernels, list(body.depends_on), principal.name, project
-                )
+                new, project = await self._prepare(db, principal, body, idempotency_key, digest)
+            await self.writer.write(new)  # group commit with concurrent creates
         except IntegrityError:
             # a concurrent request won the race: with the same key, answer with its
             # session; with the same name, say which live session has it
@@ -125,9 +130,15 @@ class SessionService:
                     replay = await self._replay(db, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
-                await self._check_name(db, principal, body.name)
+                await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
             raise
-        await request_schedule(self.pool, session.resource_group)
+        session = Session(**new.rows[0])  # a transient copy of the first row, for the answer
+        kernels = [
+            Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
+            for row in new.kernels[: body.cluster_size]
+        ]
+        details = SessionDetails(session, kernels, list(body.depends_on), principal.name, project)
+        await self.schedule.request(session.resource_group)
         return Created(session, created=True, details=details)
 
     async def check_replica(
@@ -147,6 +158,12 @@ class SessionService:
         self._check_working_dir(body)
 
     def _check_sizes(self, body: SessionCreate) -> None:
+        if body.count is not None and body.count > self.settings.max_array_count:
+            raise Invalid(
+                f"count is {body.count}; the limit is {self.settings.max_array_count} "
+                "sessions per request (JOBGATE_MAX_ARRAY_COUNT)",
+                field="count",
+            )
         env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in body.env.items())
         if env_bytes > self.settings.max_env_bytes:
             raise Invalid(
@@ -231,37 +248,35 @@ class SessionService:
         self._slots_cache = (time.monotonic(), known)
         return known
 
-    async def _insert(
+    async def _prepare(
         self,
         db: AsyncSession,
         principal: Principal,
         body: SessionCreate,
         key: str | None,
         digest: str,
-    ) -> tuple[Session, list[Kernel], str | None]:
+    ) -> tuple[NewSessions, str | None]:
+        """Check the request and build its rows (one session, or an array's)."""
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
-        await self._check_name(db, principal, body.name)
+        rows = _array_rows(body)
+        await self._check_names(db, principal, [name for name, _ in rows])
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body)
-        await self._check_pending(db, principal, project_id, body.project)
+        await self._check_pending(db, principal, project_id, body.project, len(rows))
         folders = await self._folders(db, principal, body)
         starts_at = body.starts_at
         if isinstance(starts_at, timedelta):
             starts_at = await db_now(db) + starts_at
-        values: dict[str, Any] = dict(
-            id=new_id(),
-            name=body.name,
+        common: dict[str, Any] = dict(
             owner_id=principal.user_id,
             project_id=project_id,
             type=body.type,
             status=S.PENDING,
             status_reason=f"submitted by {principal.name}",
-            status_changed_at=clock(db),
             image=image,
             command={"argv": body.command},
-            env=dict(body.env),
             workdir=body.workdir,
             working_dir=body.working_dir,
             mounts={"items": [m.model_dump() for m in body.mounts]},
@@ -278,40 +293,40 @@ class SessionService:
             priority=body.priority,
             constraints=dict(body.constraints),
             starts_at=starts_at,
-            idempotency_key=key,
-            request_hash=digest,
+            idempotency_key=None,
+            request_hash=digest or None,
             idle_timeout_s=body.idle_timeout,
             max_retries=body.max_retries,
             apps=await self._registered_apps(db, body),
             callback_url=body.callback_url,
             callback_secret=(body.callback_secret or new_secret()) if body.callback_url else None,
             pending_reason="waiting for the scheduler",
-            created_at=clock(db),  # the database's clock, in the INSERT: no extra round trip
+            array_id=None,
+            array_index=None,
+            array_size=None,
         )
-        # Core inserts on the tables, not the ORM: this is the hottest write path, and
-        # three plain INSERTs cost a fraction of the ORM's bookkeeping for the same rows
-        now = (
-            await db.execute(insert(SESSIONS).values(values).returning(SESSIONS.c.created_at))
-        ).scalar_one()
-        values["created_at"] = values["status_changed_at"] = now
-        kernel_rows = [
-            {"id": new_id(), "session_id": values["id"], "cluster_idx": index, "updated_at": now}
-            for index in range(body.cluster_size)
+        first = new_id()
+        params = [
+            common | {"id": first if i == 0 else new_id(), "name": name, "env": env}
+            for i, (name, env) in enumerate(rows)
         ]
-        await db.execute(insert(HISTORY).values(_history_created(values["id"], principal, now)))
-        await db.execute(insert(KERNELS), kernel_rows)
-        await self._dependencies(db, principal, values["id"], body)
-        if folders:
-            await db.execute(
-                insert(SessionFolder),
-                [{"session_id": values["id"], "folder_id": f["id"]} for f in folders],
-            )
-        session = Session(**values)  # a transient copy of the row, for the response
-        kernels = [
-            Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
-            for row in kernel_rows
-        ]
-        return session, kernels, body.project if project_id else None
+        params[0]["idempotency_key"] = key  # one row holds the key: a replay finds it
+        if body.cluster_mode:  # each session its own ssh seed (an array's too)
+            for row in params:
+                row["cluster_key"] = secrets.token_hex(32)
+        if body.count is not None:
+            for i, row in enumerate(params):
+                row.update(array_id=first, array_index=i, array_size=len(params))
+                row["env"] = row["env"] | _array_env(first, i, len(params))
+        await self._check_dependencies(db, principal, body)
+        new = NewSessions(
+            params,
+            body.cluster_size,
+            f"submitted by {principal.name}",
+            list(body.depends_on),
+            folder_ids=[f["id"] for f in folders],
+        )
+        return new, body.project if project_id else None
 
     async def _folders(
         self, db: AsyncSession, principal: Principal, body: SessionCreate
@@ -370,27 +385,31 @@ class SessionService:
             groups.setdefault(group, set()).add(shape)
         return {group: list(shapes) for group, shapes in groups.items()}
 
-    async def _check_name(self, db: AsyncSession, principal: Principal, name: str | None) -> None:
+    async def _check_names(
+        self, db: AsyncSession, principal: Principal, names: list[str | None]
+    ) -> None:
         """A name is unique among the owner's live sessions (the partial unique index
         ``uq_sessions_owner_live_name`` enforces it; this says which session has it)."""
-        if name is None:
-            return
-        taken = (
-            await db.execute(
-                select(Session.id).where(
-                    Session.owner_id == principal.user_id,
-                    Session.name == name,
-                    Session.status.not_in([str(s) for s in TERMINAL]),
+        wanted = [name for name in names if name is not None]
+        for start in range(0, len(wanted), NAMES_PER_QUERY):
+            taken = (
+                await db.execute(
+                    select(Session.name, Session.id)
+                    .where(
+                        Session.owner_id == principal.user_id,
+                        Session.name.in_(wanted[start : start + NAMES_PER_QUERY]),
+                        Session.status.not_in([str(s) for s in TERMINAL]),
+                    )
+                    .limit(1)
                 )
-            )
-        ).scalar_one_or_none()
-        if taken is not None:
-            raise Conflict(
-                f"the name {name!r} is taken by live session {taken}; "
-                "names are unique among your sessions until they end",
-                field="name",
-                session=taken,
-            )
+            ).first()
+            if taken is not None:
+                raise Conflict(
+                    f"the name {taken.name!r} is taken by live session {taken.id}; "
+                    "names are unique among your sessions until they end",
+                    field="name",
+                    session=taken.id,
+                )
 
     async def _project(
         self, db: AsyncSession, principal: Principal, name: str | None
@@ -409,9 +428,15 @@ class SessionService:
         return project.id
 
     async def _check_pending(
-        self, db: AsyncSession, principal: Principal, project_id: str | None, project: str | None
+        self,
+        db: AsyncSession,
+        principal: Principal,
+        project_id: str | None,
+        project: str | None,
+        adding: int = 1,
     ) -> None:
-        """The max_pending policies of the user and the project (a soft limit under races)."""
+        """The max_pending policies of the user and the project (a soft limit under races);
+        an array must fit whole."""
         limits = await self._pending_limits(db)
         if not limits:
             return
@@ -431,9 +456,10 @@ class SessionService:
                     .where(column == subject, Session.status == S.PENDING)
                 )
             ).scalar_one()
-            if pending >= limit:
+            if pending + adding > limit:
+                more = f"; {adding} more do not fit" if adding > 1 else ""
                 raise QuotaExceeded(
-                    f"quota: {label} already has {pending} of {limit} pending sessions"
+                    f"quota: {label} already has {pending} of {limit} pending sessions{more}"
                 )
 
     async def _pending_limits(self, db: AsyncSession) -> dict[tuple[str, str], int]:
@@ -482,8 +508,8 @@ class SessionService:
                 field="cluster_mode",
             )
 
-    async def _dependencies(
-        self, db: AsyncSession, principal: Principal, session_id: str, body: SessionCreate
+    async def _check_dependencies(
+        self, db: AsyncSession, principal: Principal, body: SessionCreate
     ) -> None:
         ids = body.depends_on
         if not ids:
@@ -497,10 +523,6 @@ class SessionService:
         unknown = [i for i in ids if i not in found]
         if unknown:
             raise Invalid(f"no session {unknown[0]}", field="depends_on")
-        await db.execute(
-            insert(SessionDependency),
-            [{"session_id": session_id, "depends_on_id": dep} for dep in ids],
-        )
 
     # -- terminate --------------------------------------------------------------------
     async def terminate(
@@ -522,11 +544,17 @@ class SessionService:
         return session
 
 
-def _history_created(session_id: str, principal: Principal, now: datetime) -> dict[str, Any]:
+def _array_rows(body: SessionCreate) -> list[tuple[str | None, dict[str, str]]]:
+    """(name, env) per session: one for a plain request, ``count`` for an array, whose
+    sessions are named ``NAME-INDEX`` when the request has a name."""
+    if body.count is None:
+        return [(body.name, dict(body.env))]
+    return [(f"{body.name}-{i}" if body.name else None, dict(body.env)) for i in range(body.count)]
+
+
+def _array_env(array_id: str, index: int, size: int) -> dict[str, str]:
     return {
-        "session_id": session_id,
-        "from_status": None,
-        "to_status": S.PENDING,
-        "reason": f"submitted by {principal.name}",
-        "created_at": now,
+        ARRAY_ID_ENV: array_id,
+        ARRAY_INDEX_ENV: str(index),
+        ARRAY_SIZE_ENV: str(size),
     }

@@ -68,6 +68,7 @@ async def list_page(
     types: Sequence[str] = (),
     id_prefix: str | None = None,
     name: str | None = None,
+    array: str | None = None,
     all_users: bool = False,
     limit: int = 50,
     cursor: str | None = None,
@@ -83,6 +84,8 @@ async def list_page(
         query = query.where(Session.id.startswith(id_prefix.lower(), autoescape=True))
     if name:
         query = query.where(Session.name == name)
+    if array:
+        query = query.where(Session.array_id == array.lower())
     if cursor:
         created_at, last_id = _decode_cursor(cursor)
         query = query.where(

@@ -24,6 +24,7 @@ from typing import Annotated, Any, TextIO
 import typer
 
 from jobgate.client import ApiError, Client
+from jobgate.commands.arrays import wait_array
 from jobgate.commands.common import OutputOpt, client, parse_pairs
 from jobgate.progress import Progress
 from jobgate.render import Output, between, duration, err, print_json, short_id
@@ -250,6 +251,29 @@ def follow_session(
     return _exit_code(end, cancelled_by_us=interrupts.count > 0), end
 
 
+def _run_array(api: Client, first: dict[str, Any], *, detach: bool, output: Output) -> None:
+    """``run --count N``: the array id at once with --detach, else wait for all of it."""
+    array_id, size = first["array_id"], first["array_size"]
+    if detach:
+        if output == Output.json:
+            print_json(first)
+        else:
+            print(array_id)
+        return
+    err.print(f"jobgate: array {array_id} of {size} sessions submitted", markup=False)
+    code, sessions = wait_array(api, array_id, size)
+    if output == Output.json:
+        print_json(sessions)
+    elif sessions:
+        failed = sum(s["status"] != "SUCCEEDED" for s in sessions)
+        err.print(
+            f"jobgate: array {array_id}: {len(sessions) - failed} of {size} succeeded, "
+            f"exit code {code}",
+            markup=False,
+        )
+    raise typer.Exit(code)
+
+
 def _exit_code(end: dict[str, Any], *, cancelled_by_us: bool) -> int:
     status = end.get("status")
     code = end.get("exit_code")
@@ -406,6 +430,14 @@ def run(
         StopWhenOpt | None,
         typer.Option(help="A cluster session ends when main1 ends (main-done) or all end."),
     ] = None,
+    count: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="An array: N sessions, all or none, each with JOBGATE_ARRAY_INDEX 0..N-1; "
+            "waits for all and exits with the highest exit code (0: all succeeded).",
+        ),
+    ] = None,
 ) -> None:
     """Run a session and stream its output; exit with its exit code.
 
@@ -451,9 +483,14 @@ def run(
             body["callback_secret"] = os.environ["JOBGATE_CALLBACK_SECRET"]
     if wait and detach:
         raise ApiError(0, "Usage", "--wait and --detach exclude each other")
+    if count is not None:
+        body["count"] = count
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     session = api.post("/v1/sessions", json=body, headers=headers)
     session_id = session["id"]
+    if count is not None:
+        _run_array(api, session, detach=detach, output=output)
+        return
     if detach:
         if output == Output.json:
             print_json(session)

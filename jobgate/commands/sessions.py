@@ -66,11 +66,17 @@ def list_sessions(
     all_users: Annotated[
         bool, typer.Option("--all", help="Every user's sessions (admins only).")
     ] = False,
+    array: Annotated[
+        str | None,
+        typer.Option(help="Only the sessions of this array (its id, from run --count)."),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many.")] = 50,
     output: OutputOpt = Output.table,
 ) -> None:
     """Sessions, newest first."""
     params: dict[str, Any] = {"limit": limit, "all": all_users}
+    if array:
+        params["array"] = array
     if status:
         params["status"] = [str(s) for s in status]
     if type_:
@@ -128,6 +134,12 @@ def show(session: SessionArg, output: OutputOpt = Output.table) -> None:
         ("priority", s["priority"]),
         ("cluster", cluster_text(s)),
         ("node", s["node"] or "-"),
+    ]
+    if s.get("array_id"):
+        fields.append(
+            ("array", f"{s['array_id']} [{s['array_index']} of 0..{s['array_size'] - 1}]")
+        )
+    fields += [
         ("created", stamp(s["created_at"])),
         ("started", stamp(s["started_at"])),
         ("ended", stamp(s["ended_at"])),

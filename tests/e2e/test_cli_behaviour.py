@@ -100,6 +100,39 @@ def test_run_keeps_its_notes_on_stderr_and_ends_with_a_summary(up: UpStack) -> N
     assert isinstance(up.cli_json("sessions", "ls", "--status", "succeeded"), list)
 
 
+def test_run_count_makes_an_array_waits_for_all_and_exits_with_the_highest_code(
+    up: UpStack,
+) -> None:
+    script = "echo i=$JOBGATE_ARRAY_INDEX of $JOBGATE_ARRAY_SIZE; exit $JOBGATE_ARRAY_INDEX"
+    done = up.cli("run", "--count", "3", "--name", "sweep", "--", "sh", "-c", script)
+    assert done.returncode == 2, done.stderr  # Slurm's rule: the highest exit code
+    lines = done.stderr.splitlines()
+    assert re.fullmatch(r"jobgate: array \S+ of 3 sessions submitted", lines[0])
+    array_id = lines[0].split()[2]
+    assert re.fullmatch(rf"jobgate: array {array_id}: 1 of 3 succeeded, exit code 2", lines[-1]), (
+        lines
+    )
+    listed = up.cli_json("sessions", "ls", "--array", array_id)
+    by_index = {s["array_index"]: s for s in listed}
+    assert sorted(by_index) == [0, 1, 2]
+    assert [by_index[i]["name"] for i in range(3)] == ["sweep-0", "sweep-1", "sweep-2"]
+    assert [by_index[i]["exit_code"] for i in range(3)] == [0, 1, 2]
+    # the index reached each job (process runtime) and show names the array
+    logs = up.cli("sessions", "logs", "sweep-1", check=True).stdout
+    assert logs == "i=1 of 3\n"
+    shown = up.cli("sessions", "show", "sweep-2", check=True).stdout
+    assert re.search(rf"^array +{array_id} \[2 of 0\.\.2\]$", shown, re.M), shown
+
+    # --detach prints the array id; over the operator's limit: one line, exit 1
+    detached = up.cli("run", "-d", "--count", "2", "--", "true", check=True).stdout.strip()
+    assert len(up.cli_json("sessions", "ls", "--array", detached)) == 2
+    too_many = up.cli("run", "-d", "--count", "1000000", "--", "true")
+    assert too_many.returncode == 1
+    assert too_many.stderr.startswith("error: ")
+    assert "count" in too_many.stderr
+    assert len(too_many.stderr.strip().splitlines()) == 1
+
+
 def test_admin_commands_change_only_what_is_given(up: UpStack) -> None:
     up.cli("images", "add", "example/app:1", "--service-ports", "web:http:8080", check=True)
     removed = up.cli("images", "rm", "example/app:1")

@@ -232,9 +232,12 @@ def test_three_sessions_of_one_fgpu_two_run_one_waits(console: Console, admin: P
     page.goto(console.url + "/")
     page.evaluate("() => { window.notReloaded = true; }")
     launch(page, name="guide", image_ref=BUSYBOX, command=SHOW_SLICE, gpu="1", count="3")
-    names = ["guide-1", "guide-2", "guide-3"]
+    names = ["guide-0", "guide-1", "guide-2"]  # one array request: NAME-INDEX
     for name in names:
         expect(row(page, name)).to_have_count(1)
+    first = page.request.get(console.url + "/v1/sessions?name=guide-0").json()["items"][0]
+    assert (first["array_index"], first["array_size"]) == (0, 3)
+    assert first["env"]["JOBGATE_ARRAY_INDEX"] == "0"
     running = page.locator('#sessions tbody tr[data-name^="guide-"][data-status="RUNNING"]')
     pending = page.locator('#sessions tbody tr[data-name^="guide-"][data-status="PENDING"]')
     expect(running).to_have_count(2, timeout=WAIT_MS)

@@ -35,7 +35,9 @@ async def create_session(
     """Queue a session. A repeated ``Idempotency-Key`` returns the first session (200).
 
     A ``name`` is unique among the caller's live sessions: a taken one is a 409 problem
-    whose ``session`` is the live session that has it."""
+    whose ``session`` is the live session that has it. With ``count`` it queues an array
+    of that many sessions, all or none, and answers with its first (index 0); the others
+    are listed with ``?array=`` its ``array_id`` (docs/arrays.md)."""
     result = await state.sessions.create(principal, body, idempotency_key)
     if not result.created:
         response.status_code = status.HTTP_200_OK
@@ -65,6 +67,14 @@ async def list_sessions(
             "the name means (the live one, else the newest that ended)",
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        Query(
+            max_length=36,
+            pattern=r"^[0-9a-fA-F-]+$",
+            description="the sessions of this array (its id: the array_id of its sessions)",
+        ),
+    ] = None,
     all_users: Annotated[bool, Query(alias="all", description="admins: every user's")] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
@@ -77,6 +87,7 @@ async def list_sessions(
         types=type_ or (),
         id_prefix=id_prefix,
         name=name,
+        array=array,
         all_users=all_users,
         limit=min(limit, state.settings.page_size_max),
         cursor=cursor,
