@@ -168,6 +168,8 @@ def create_body(
             {"path": d} for d in [*spec.reservation.devices, *spec.reservation.cdi_devices]
         ],
     }
+    if settings.host_loopback and settings.network == "slirp4netns":
+        body["network_options"] = {"slirp4netns": ["allow_host_loopback=true"]}
     if spec.command:
         body["command"] = list(spec.command)
     if workdir:
