@@ -29,7 +29,8 @@ outlives ``mlflow run``; the key reaches it in its environment, never its argv; 
 log is ``$TMPDIR/jobgate-mlflow-watch-SESSION.log``), which does ``wait()`` quietly. If
 the watcher dies too (the machine is switched off), the log stays in jobgate (``jobgate
 sessions logs ID``, linked by the run's ``jobgate.session_url`` tag) and the run's status
-is whatever the job itself wrote (``mlflow.start_run()`` ends it FINISHED or FAILED). ``"watch": false`` in the backend config turns the watcher off.
+is whatever the job itself wrote (``mlflow.start_run()`` ends it FINISHED or FAILED).
+``"watch": false`` in the backend config turns the watcher off.
 """
 
 from __future__ import annotations
