@@ -126,6 +126,14 @@ def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], st
     return mounts, workdir
 
 
+def _network(settings: PodmanSettings) -> dict[str, Any]:
+    """The network namespace; with ``host_loopback``, 10.0.2.2 is the host's 127.0.0.1."""
+    network: dict[str, Any] = {"netns": {"nsmode": settings.network}}
+    if settings.host_loopback and settings.network == "slirp4netns":
+        network["network_options"] = {"slirp4netns": ["allow_host_loopback=true"]}
+    return network
+
+
 def create_body(
     spec: KernelSpec, settings: PodmanSettings, *, native: Limits | None, mem_label: int | None
 ) -> dict[str, Any]:
@@ -161,15 +169,13 @@ def create_body(
         "no_new_privileges": True,
         "cap_drop": list(settings.cap_drop),
         "cap_add": list(settings.cap_add),
-        "netns": {"nsmode": settings.network},
+        **_network(settings),
         "stop_timeout": int(settings.stop_grace),
         "mounts": [_mount_entry(m) for m in mounts],
         "devices": [
             {"path": d} for d in [*spec.reservation.devices, *spec.reservation.cdi_devices]
         ],
     }
-    if settings.host_loopback and settings.network == "slirp4netns":
-        body["network_options"] = {"slirp4netns": ["allow_host_loopback=true"]}
     if spec.command:
         body["command"] = list(spec.command)
     if workdir:
