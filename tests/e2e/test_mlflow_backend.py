@@ -120,6 +120,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> Itera
              "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db",
              "--artifacts-destination", str(tmp / "artifacts")],
             stdout=out, stderr=subprocess.STDOUT, cwd=tmp, start_new_session=True,
+            env=os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # no huey pool
         )  # fmt: skip
     reachable = Path(tempfile.mkdtemp(prefix="jobgate-mlflow-", dir="/tmp"))
     reachable.chmod(0o755)  # the Podman user binds working-dir copies from here
