@@ -28,7 +28,10 @@
 #                                     8000 (`mlflow models serve --env-manager local`): POST
 #                                     /invocations {"inputs": [[5.1, 3.5, 1.4, 0.2]]} ->
 #                                     {"predictions": [0]}; GET /ping and /health answer 200 once
-#                                     ready (~5 s); label jobgate.service-ports=model:http:8000
+#                                     ready (~5 s); label jobgate.service-ports=model:http:8000;
+#                                     env MLFLOW_MODEL_URI (default /opt/model) serves another
+#                                     model instead (models:/NAME/VERSION, runs:/ID/model with
+#                                     MLFLOW_TRACKING_URI set), fetched when the container starts
 #   registry                          not an image: Debian's docker-registry binary, unpacked
 #                                     (not installed, no service) to $CACHE/bin for the pull test
 #
@@ -558,8 +561,9 @@ COPY train.py /opt/train.py
 RUN python /opt/train.py
 LABEL jobgate.service-ports=model:http:8000
 EXPOSE 8000
-CMD ["mlflow", "models", "serve", "-m", "/opt/model", "--env-manager", "local", \\
-     "--host", "0.0.0.0", "--port", "8000"]
+# MLFLOW_MODEL_URI (with MLFLOW_TRACKING_URI) serves another model, fetched when it starts
+ENV MLFLOW_MODEL_URI=/opt/model
+CMD ["sh", "-c", "exec mlflow models serve -m \\"\$MLFLOW_MODEL_URI\\" --env-manager local --host 0.0.0.0 --port 8000"]
 EOF
     chmod -R a+rX "$ctx"
     say "building $MODELSERVER (podman build --network none; trains the model)"
