@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from podman import PodmanClient
 from up_harness import UpStack
 
 from jobgate.localnet import free_port
@@ -109,8 +110,19 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float
     raise AssertionError(f"mlflow server not ready:\n{log.read_text()[-3000:]}")
 
 
+def need_image(socket: str) -> None:
+    with PodmanClient(base_url=socket) as client:
+        if client.images.exists(IMAGE):
+            return
+    what = f"no {IMAGE} (run scripts/build-test-images.sh mlflow)"
+    if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
+        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
+    pytest.skip(what)
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> Iterator[World]:
+    need_image(podman_socket)
     tmp = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     log = tmp / "mlflow-server.log"
