@@ -217,8 +217,8 @@ class JobgateBackend(AbstractBackend):
         project = load_project(work_dir)  # type: ignore[no-untyped-call]
         command = project.get_entry_point(entry_point).compute_command(params, None)
         image, project_env = _docker_env(project)
-        api = config.client()
         try:
+            api = config.client()
             digest = upload(api, Path(work_dir)).digest
         except ApiError as exc:
             raise ExecutionException(f"jobgate: {exc}") from None
