@@ -26,11 +26,26 @@
 #   localhost/jobgate-mpi:latest      Debian bookworm + python3, OpenMPI (openmpi-bin,
 #                                     python3-mpi4py), openssh-client/-server, iproute2
 #                                     (mmdebstrap -> `podman import`): cluster sessions' mpirun
+#   localhost/jobgate-mlflow:latest   the Python image + mlflow-skinny, scikit-learn, pandas, skops
+#                                     in /opt/venv (on PATH), from wheels downloaded here
+#                                     (`podman build --network none`): runs MLflow project entry
+#                                     points (`mlflow run --backend jobgate`), `mlflow models serve`
+#   localhost/jobgate-model-server:latest  FROM jobgate-mlflow: a scikit-learn LogisticRegression
+#                                     on iris trained at build time, saved as an MLflow model in
+#                                     /opt/model and served by MLflow's scoring server on port
+#                                     8000 (`mlflow models serve --env-manager local`): POST
+#                                     /invocations {"inputs": [[5.1, 3.5, 1.4, 0.2]]} ->
+#                                     {"predictions": [0]}; GET /ping and /health answer 200 once
+#                                     ready (~5 s); label jobgate.service-ports=model:http:8000;
+#                                     env MLFLOW_MODEL_URI (default /opt/model) serves another
+#                                     model instead (models:/NAME/VERSION, runs:/ID/model with
+#                                     MLFLOW_TRACKING_URI set), fetched when the container starts
 #   registry                          not an image: Debian's docker-registry binary, unpacked
 #                                     (not installed, no service) to $CACHE/bin for the pull test
 #
 # Usage: scripts/build-test-images.sh [busybox] [python] [jupyter] [devbase] [codeserver]
-#                                     [terminal] [httpbench] [mpi] [registry]    (default: all)
+#                                     [terminal] [httpbench] [mpi] [mlflow] [modelserver]
+#                                     [registry]                                 (default: all)
 # Environment: JOBGATE_PODMAN_USER (jobgate), JOBGATE_IMAGE_CACHE (/var/cache/jobgate-images),
 # JOBGATE_JUPYTER_PACKAGES ("jupyterlab ipykernel"), JOBGATE_DEBIAN_MIRROR (deb.debian.org),
 # JOBGATE_NPM_REGISTRY (registry.npmjs.org), JOBGATE_CODESERVER_VERSION (4.139.1, needs
@@ -50,6 +65,7 @@ NPM_VERSION=11.19.1   # the npm that installs code-server (run by that Node, not
 XTERM_VERSION=5.5.0
 XTERM_FIT_VERSION=0.10.0
 TERMINAL_PACKAGES="terminado tornado"
+MLFLOW_PACKAGES="mlflow-skinny scikit-learn pandas skops"
 
 BUSYBOX=localhost/jobgate-busybox:latest
 PYTHON=localhost/jobgate-python:3.11
@@ -60,6 +76,8 @@ TERMINAL=localhost/jobgate-terminal:latest
 HTTPBENCH=localhost/jobgate-httpbench:latest
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MPI=localhost/jobgate-mpi:latest
+MLFLOW=localhost/jobgate-mlflow:latest
+MODELSERVER=localhost/jobgate-model-server:latest
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say() { echo "build-test-images: $*" >&2; }
@@ -541,6 +559,78 @@ build_mpi() {
     built "$MPI" "$old"
 }
 
+# -- mlflow and the model server --------------------------------------------------------------
+build_mlflow() {
+    wanted "$MLFLOW" || return 0
+    local old=$REPLACED
+    upodman image exists "$PYTHON" || build_python
+    download_wheels "$CACHE/mlflow" "$MLFLOW_PACKAGES"
+    local ctx=$CACHE/mlflow
+    cat >"$ctx/Containerfile" <<EOF
+FROM $PYTHON
+RUN --mount=type=bind,source=wheels,target=/wheels \\
+    python3 -m venv /opt/venv \\
+ && /opt/venv/bin/pip install -q --no-index --find-links=/wheels $MLFLOW_PACKAGES \\
+ && rm -rf /root/.cache \\
+ && cd /opt/venv/lib/python3.11/site-packages \\
+ && find numpy pandas scipy sklearn -depth -type d -name tests -exec rm -rf {} + \\
+ && /opt/venv/bin/mlflow --version
+# mlflow models serve --env-manager local execs uvicorn from PATH
+ENV PATH=/opt/venv/bin:$IMAGE_PATH
+ENV MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true
+CMD ["/opt/venv/bin/python"]
+EOF
+    chmod -R a+rX "$ctx"
+    say "building $MLFLOW (podman build --network none)"
+    upodman build -q --network none -t "$MLFLOW" "$ctx" >/dev/null
+    built "$MLFLOW" "$old"
+}
+
+modelserver_train() {  # -> $1/train.py: the model the image serves, trained at build time
+    cat >"$1/train.py" <<'EOF'
+"""Train a small iris classifier and save it as an MLflow model in /opt/model."""
+
+import mlflow.sklearn
+from mlflow.models import infer_signature
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+
+X, y = load_iris(return_X_y=True)  # arrays: inputs are rows of 4 numbers, no column names
+model = LogisticRegression(max_iter=500).fit(X, y)
+mlflow.sklearn.save_model(
+    model,
+    "/opt/model",
+    signature=infer_signature(X[:2], model.predict(X[:2])),
+    pip_requirements=["scikit-learn", "pandas"],
+)
+print("training accuracy", model.score(X, y))
+EOF
+}
+
+build_modelserver() {
+    wanted "$MODELSERVER" || return 0
+    local old=$REPLACED
+    upodman image exists "$MLFLOW" || build_mlflow
+    local ctx=$CACHE/modelserver
+    rm -rf "$ctx" && mkdir -p "$ctx"
+    modelserver_train "$ctx"
+    cat >"$ctx/Containerfile" <<EOF
+FROM $MLFLOW
+COPY train.py /opt/train.py
+RUN python /opt/train.py
+LABEL jobgate.service-ports=model:http:8000
+EXPOSE 8000
+# MLFLOW_MODEL_URI (with MLFLOW_TRACKING_URI) serves another model, fetched when it starts
+ENV MLFLOW_MODEL_URI=/opt/model
+CMD ["sh", "-c", "exec mlflow models serve -m \\"\$MLFLOW_MODEL_URI\\" --env-manager local --host 0.0.0.0 --port 8000"]
+EOF
+    chmod -R a+rX "$ctx"
+    say "building $MODELSERVER (podman build --network none; trains the model)"
+    upodman build -q --network none -t "$MODELSERVER" "$ctx" >/dev/null
+    rm -rf "$ctx"
+    built "$MODELSERVER" "$old"
+}
+
 # -- registry (for tests/integration/runtimes/test_podman_runtime.py's pull test) ---------------
 unpack_registry() {
     local bin=$CACHE/bin/docker-registry
@@ -555,7 +645,7 @@ unpack_registry() {
 
 install -d -m 0755 "$CACHE"
 targets=("$@")
-ALL=(busybox python jupyter devbase codeserver terminal httpbench mpi registry)
+ALL=(busybox python jupyter devbase codeserver terminal httpbench mpi mlflow modelserver registry)
 [[ ${#targets[@]} -gt 0 ]] || targets=("${ALL[@]}")
 for target in "${targets[@]}"; do
     case $target in
@@ -567,6 +657,8 @@ for target in "${targets[@]}"; do
         terminal) build_terminal ;;
         httpbench) build_httpbench ;;
         mpi) build_mpi ;;
+        mlflow) build_mlflow ;;
+        modelserver) build_modelserver ;;
         registry) unpack_registry ;;
         *) die "unknown target $target (${ALL[*]})" ;;
     esac

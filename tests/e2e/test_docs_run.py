@@ -32,7 +32,11 @@ GPUS = {
 def _stack(tmp: Path, runtime: str) -> Iterator[UpStack]:
     gpus = tmp / "gpus.toml"
     gpus.write_text(tomli_w.dumps(GPUS))
-    up = UpStack(tmp, runtime=runtime, env={"JOBGATE_MOCK_DEVICES": str(gpus)})
+    env = {
+        "JOBGATE_MOCK_DEVICES": str(gpus),
+        "JOBGATE_PODMAN_HOST_LOOPBACK": "true",  # the README's MLflow example says so
+    }
+    up = UpStack(tmp, runtime=runtime, env=env)
     up.start()
     (tmp / "work").mkdir()
     try:

@@ -56,6 +56,10 @@ class PodmanSettings(BaseSettings):
     #: ``slirp4netns``: outbound network and published ports (~20 ms more per start
     #: than ``none``); ``none``: no network at all, so no published ports either.
     network: Literal["slirp4netns", "none"] = "slirp4netns"
+    #: slirp4netns only: containers reach this host's loopback at 10.0.2.2 (an MLflow
+    #: tracking server on 127.0.0.1, say). Every job then reaches every loopback service:
+    #: for single-user machines and tests, not shared nodes.
+    host_loopback: bool = False
     #: Host address published service ports bind to (the app proxy connects there).
     publish_host_ip: str = "127.0.0.1"
     #: Seconds ``podman stop`` (run by hand) waits before SIGKILL; the worker passes its own.

@@ -143,6 +143,14 @@ def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], st
     return mounts, workdir
 
 
+def _network(settings: PodmanSettings) -> dict[str, Any]:
+    """The network namespace; with ``host_loopback``, 10.0.2.2 is the host's 127.0.0.1."""
+    network: dict[str, Any] = {"netns": {"nsmode": settings.network}}
+    if settings.host_loopback and settings.network == "slirp4netns":
+        network["network_options"] = {"slirp4netns": ["allow_host_loopback=true"]}
+    return network
+
+
 def create_body(
     spec: KernelSpec, settings: PodmanSettings, *, native: Limits | None, mem_label: int | None
 ) -> dict[str, Any]:
@@ -179,7 +187,7 @@ def create_body(
         "no_new_privileges": True,
         "cap_drop": list(settings.cap_drop),
         "cap_add": list(settings.cap_add),
-        "netns": {"nsmode": settings.network},
+        **_network(settings),
         "stop_timeout": int(settings.stop_grace),
         # folders after the working directory: /home/work/NAME lands inside /home/work;
         # default user namespace (container root = the Podman user), see docs/folders.md

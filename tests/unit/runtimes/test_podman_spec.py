@@ -283,3 +283,11 @@ def test_a_user_mount_over_the_working_directory_is_refused(tmp_path: Path) -> N
     clash = spec(working_dir=tmp_path, mounts=[Mount(str(tmp_path), "/home/work")])
     with pytest.raises(InvalidSpec, match="two mounts share a target"):
         create_body(clash, settings(allowed_mount_roots=[tmp_path]), native=None, mem_label=None)
+
+
+def test_host_loopback_is_an_operator_opt_in_for_slirp4netns_only() -> None:
+    assert "network_options" not in create_body(spec(), settings(), native=None, mem_label=None)
+    opted = create_body(spec(), settings(host_loopback=True), native=None, mem_label=None)
+    assert opted["network_options"] == {"slirp4netns": ["allow_host_loopback=true"]}
+    closed = settings(host_loopback=True, network="none")
+    assert "network_options" not in create_body(spec(), closed, native=None, mem_label=None)
