@@ -44,6 +44,7 @@ __all__ = [
     "SCHEDULER_QUEUE",
     "USED_TOKEN_PREFIX",
     "activity_key",
+    "commit_job_id",
     "console_session_key",
     "dirty_key",
     "endpoint_load_key",
@@ -160,3 +161,10 @@ def endpoint_load_key(endpoint_id: str) -> str:
 def endpoint_wake_key(endpoint_id: str) -> str:
     """Set (NX, with a TTL) by a proxy holding a request while no replica is ready."""
     return f"jobgate:endpoint-wake:{endpoint_id}"
+
+
+# ---- session commits (issue 15): one commit job per (kernel, image) --------------------
+def commit_job_id(kernel_id: str, image: str, request: str) -> str:
+    """One commit request's job (the gateway sends it once, when the image row enters
+    "committing"; a repeated request while it commits sends nothing)."""
+    return f"commit:{kernel_id}:{image}:{request}"

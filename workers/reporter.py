@@ -16,9 +16,12 @@ from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
 from contract.keys import EVENTS_QUEUE
-from contract.messages import EventBatch, KernelEvent, NodeInfo
+from contract.messages import EventBatch, ImageCommitted, KernelEvent, NodeInfo
 
-__all__ = ["EventReporter"]
+__all__ = ["EventReporter", "Report"]
+
+#: what a worker reports to the gateway
+Report = KernelEvent | NodeInfo | ImageCommitted
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +31,7 @@ class EventReporter:
         self.pool = pool
         self.linger_s = linger_s
         self.max_batch = max_batch
-        self._events: asyncio.Queue[KernelEvent | NodeInfo] = asyncio.Queue()
+        self._events: asyncio.Queue[Report] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -36,7 +39,7 @@ class EventReporter:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="event-reporter")
 
-    def report(self, event: KernelEvent | NodeInfo) -> None:
+    def report(self, event: Report) -> None:
         self._idle.clear()
         self._events.put_nowait(event)
 
@@ -64,12 +67,13 @@ class EventReporter:
             if self._events.empty():
                 self._idle.set()
 
-    async def _send(self, items: list[KernelEvent | NodeInfo]) -> None:
+    async def _send(self, items: list[Report]) -> None:
         events = [i for i in items if isinstance(i, KernelEvent)]
         nodes = [i for i in items if isinstance(i, NodeInfo)]
         batches = [EventBatch(node=n) for n in nodes]
-        if events:
-            batches.append(EventBatch(events=events))
+        commits = [i for i in items if isinstance(i, ImageCommitted)]
+        if events or commits:
+            batches.append(EventBatch(events=events, commits=commits))
         delay = 0.1
         for batch in batches:
             while True:

@@ -42,6 +42,7 @@ from gateway.domain.feasibility import NodeShape, check_feasible
 from gateway.domain.requests import SessionCreate
 from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
+from gateway.images import check_usable
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
 from gateway.queue import request_schedule
@@ -215,6 +216,7 @@ class SessionService:
         await self._check_name(db, principal, body.name)
         resources = await self._resources(db, body.resources)
         image = await self._feasible(db, body, resources)
+        await check_usable(db, principal, image)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)
         await self._check_pending(db, principal, project_id, body.project)

@@ -1,8 +1,9 @@
 """/v1/policies: per-user and per-project resource policies (admins).
 
-A policy limits concurrent sessions, pending sessions and total slots. The subject is
-a user or project name, or ``*`` for the default of every user (or project) without a
-policy of its own. Absent limits are unlimited.
+A policy limits concurrent sessions, pending sessions and total slots; a user policy
+(or the ``*`` default) may also let its users commit sessions to images
+(``allow_commit``). The subject is a user or project name, or ``*`` for the default of
+every user (or project) without a policy of its own. Absent limits are unlimited.
 
 ``PUT`` replaces a policy (limits not given become unlimited); ``PATCH`` is a JSON merge
 patch (RFC 7396): it changes only the limits given, ``null`` makes one unlimited, and
@@ -35,6 +36,9 @@ class PolicySet(BaseModel):
     max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
     max_slots: dict[str, str | int | float] | None = Field(
         default=None, description='total held, e.g. {"cpu": 16, "mem": "64g"}'
+    )
+    allow_commit: bool | None = Field(
+        default=None, description="users: may commit their sessions to private images"
     )
 
     @field_validator("max_slots")
@@ -73,6 +77,9 @@ class PolicyPatch(BaseModel):
     max_slots: dict[str, str | int | float | None] | None = Field(
         default=None, description='merged slot by slot, e.g. {"cpu": 16, "mem": null}'
     )
+    allow_commit: bool | None = Field(
+        default=None, description="users: may commit their sessions to private images"
+    )
 
 
 class PolicyPublic(BaseModel):
@@ -81,6 +88,7 @@ class PolicyPublic(BaseModel):
     max_sessions: int | None
     max_pending: int | None
     max_slots: dict[str, str] | None
+    allow_commit: bool | None = None
 
 
 async def _subject_id(db: DbSession, scope: Scope, subject: str) -> str:
@@ -106,6 +114,7 @@ def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
         max_sessions=row.max_sessions,
         max_pending=row.max_pending,
         max_slots=dict(row.max_slots) if row.max_slots else None,
+        allow_commit=row.allow_commit,
     )
 
 
@@ -137,6 +146,7 @@ async def set_policy(
         row.max_sessions = body.max_sessions
         row.max_pending = body.max_pending
         row.max_slots = ResourceSlots.parse(body.max_slots).to_json() if body.max_slots else None
+        row.allow_commit = body.allow_commit
     return _public(row, {subject_id: subject})
 
 
@@ -156,6 +166,8 @@ async def update_policy(
             row.max_sessions = body.max_sessions
         if "max_pending" in given:
             row.max_pending = body.max_pending
+        if "allow_commit" in given:
+            row.allow_commit = body.allow_commit
         if "max_slots" in given:
             slots = merge_patch(row.max_slots, body.max_slots or {}) if body.max_slots else {}
             if slots:

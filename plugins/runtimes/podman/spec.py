@@ -109,7 +109,9 @@ def _mount_entry(mount: Mount) -> dict[str, Any]:
     return {"type": "bind", "source": mount.source, "destination": mount.target, "options": options}
 
 
-def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], str | None]:
+def _mounts(
+    spec: KernelSpec, settings: PodmanSettings, home: Path | None
+) -> tuple[list[Mount], str | None]:
     """The container's mounts and working directory.
 
     A session's working tree (the worker's own per-kernel copy, so not subject to the
@@ -117,23 +119,34 @@ def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], st
     job starts unless it names another workdir. Rootless: the host user who owns the
     copy is the container's root, so a job running as root (the images' default) owns
     its files there; a non-root image user can read them.
+
+    Without a working tree, *home* (an empty per-kernel host directory) is bind-mounted
+    there instead: ``/home/work`` is then never in the container's own filesystem, so a
+    commit of the session (``podman commit`` leaves bind mounts out) never contains it.
     """
     mounts = validate_mounts(spec.mounts, settings.allowed_mount_roots) + spec.reservation.mounts
     workdir = spec.workdir
     if spec.working_dir is not None:
         mounts.append(Mount(str(spec.working_dir), settings.working_dir_target))
         workdir = workdir or settings.working_dir_target
+    elif home is not None and settings.working_dir_target not in {m.target for m in mounts}:
+        mounts.append(Mount(str(home), settings.working_dir_target))
     return mounts, workdir
 
 
 def create_body(
-    spec: KernelSpec, settings: PodmanSettings, *, native: Limits | None, mem_label: int | None
+    spec: KernelSpec,
+    settings: PodmanSettings,
+    *,
+    native: Limits | None,
+    mem_label: int | None,
+    home: Path | None = None,
 ) -> dict[str, Any]:
     """The libpod SpecGenerator for *spec*.
 
     *native*: limits Podman itself enforces (cgroup v2); None where the runtime writes them
     (v1-delegated) or nothing can (v1-none). *mem_label*: the memory limit that holds, for
-    the out-of-memory reason after a restart.
+    the out-of-memory reason after a restart. *home*: see :func:`_mounts`.
     """
     if not spec.image:
         raise InvalidSpec("the podman runtime needs an image")
@@ -141,7 +154,7 @@ def create_body(
         raise InvalidSpec("command contains a NUL byte")
     if spec.workdir is not None and not spec.workdir.startswith("/"):
         raise InvalidSpec(f"working directory must be absolute: {spec.workdir!r}")
-    mounts, workdir = _mounts(spec, settings)
+    mounts, workdir = _mounts(spec, settings, home)
     targets = [m.target for m in mounts]
     if len(set(targets)) != len(targets):
         raise InvalidSpec(f"two mounts share a target: {sorted(targets)}")
