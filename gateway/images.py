@@ -24,7 +24,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from contract.keys import commit_job_id
 from contract.messages import CommitKernel, ImageCommitted
 from gateway.auth import Principal
-from gateway.db.models import Image, Kernel, Node, ResourcePolicy
+from gateway.db.models import Image, Kernel, Node, ResourcePolicy, Session
 from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
 from gateway.domain.status import SessionStatus
 from gateway.scheduler.policy import DEFAULT_SUBJECT
@@ -81,19 +81,24 @@ async def request_commit(
     registry: str,
     principal: Principal,
     session_id: str,
-    name: str,
+    name: str | None,
 ) -> Image:
-    """Validate, register the image as committing and send the commit job (see module)."""
-    if not IMAGE_NAME.match(name) or len(name) > 255:
-        raise Invalid(
-            f"not an image name: {name!r} (want lower-case name[/path]:tag)", field="image"
-        )
+    """Validate, register the image as committing and send the commit job (see module).
+
+    Checked in this order: the session is the caller's (else 404, as if it did not
+    exist), the name, the caller's permission, a registry, the session's state."""
     query = select(Session).where(Session.id == session_id)
     if not principal.is_admin:
         query = query.where(Session.owner_id == principal.user_id)
     session = (await db.execute(query)).scalar_one_or_none()
     if session is None:
         raise NotFound(f"no session {session_id}")
+    if name is None:
+        raise Invalid("give the new image's name:tag", field="image")
+    if not IMAGE_NAME.match(name) or len(name) > 255:
+        raise Invalid(
+            f"not an image name: {name!r} (want lower-case name[/path]:tag)", field="image"
+        )
     if not await _may_commit(db, principal):
         raise Forbidden(
             "committing sessions needs the admin role or a user policy with allow_commit"

@@ -215,8 +215,8 @@ class SessionService:
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
         await self._check_name(db, principal, body.name)
         resources = await self._resources(db, body.resources)
+        await check_usable(db, principal, body.image)  # another user's private one: 404
         image = await self._feasible(db, body, resources)
-        await check_usable(db, principal, image)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body.resource_group)
         await self._check_pending(db, principal, project_id, body.project)

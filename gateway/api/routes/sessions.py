@@ -102,8 +102,10 @@ async def get_session(
 
 class SessionCommit(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    image: str = Field(
-        max_length=255, description="name:tag of the new image (in the cluster registry)"
+    image: str | None = Field(
+        default=None,
+        max_length=255,
+        description="name:tag of the new image (required; in the cluster registry)",
     )
 
 
