@@ -189,8 +189,19 @@ class PodmanRuntime:
             raise InvalidSpec(str(exc)) from None
 
     def _home(self, kernel_id: str) -> Path:
-        """The kernel's own empty /home/work when it has no working tree (see spec._mounts)."""
-        return self.context.state_dir / "podman-home" / kernel_id
+        """The kernel's own empty /home/work when it has no working tree (see spec._mounts).
+
+        Under the state directory, except for a worker running as root beside another
+        user's rootless Podman: that user must traverse to it, and a data directory is
+        0700; then ``/var/tmp/jobgate-home-<instance>`` (0711: traversable, not listable).
+        """
+        root = self.context.state_dir / "podman-home"
+        path = self.settings.socket_path
+        if os.geteuid() == 0 and path and os.path.exists(path) and os.stat(path).st_uid != 0:
+            root = Path("/var/tmp") / f"jobgate-home-{self.context.instance or 'default'}"
+            root.mkdir(mode=0o711, parents=True, exist_ok=True)
+            root.chmod(0o711)
+        return root / kernel_id
 
     async def start(self, spec: KernelSpec) -> KernelHandle:
         """Create and start; returns once the container runs (with its host ports)."""

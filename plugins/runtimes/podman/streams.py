@@ -167,15 +167,18 @@ class StreamClient:
             raise RuntimeFailure(f"Podman API failed while pushing {image}: {exc}") from exc
         if response.status >= 300:
             raise RuntimeFailure(f"push of {image} failed: {_message(body)}")
-        digest = ""
         for line in body.splitlines():
             with contextlib.suppress(ValueError):
                 item = json.loads(line)
                 if isinstance(item, dict) and item.get("error"):
                     raise RuntimeFailure(f"push of {image} failed: {item['error']}")
-                if isinstance(item, dict) and item.get("manifestdigest"):
-                    digest = str(item["manifestdigest"])
-        return digest
+        # the pushed manifest's digest: the image's RepoDigest in that repository
+        url = f"{self._base}{LIBPOD}/images/{quote(image, safe='')}/json"
+        async with self._http().get(url) as response:
+            data = await response.json() if response.status == 200 else {}
+        repository = image.rpartition(":")[0] + "@"
+        pushed = [d for d in data.get("RepoDigests") or [] if str(d).startswith(repository)]
+        return str(pushed[0]).partition("@")[2] if pushed else str(data.get("Digest") or "")
 
     # -- pull -------------------------------------------------------------------------
     async def pull(self, image: str, progress: ProgressCallback) -> None:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import shutil
-import stat
 import subprocess
 import tempfile
 import urllib.request
@@ -19,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from oci_registry import self_signed, trust_for_podman_user
 from podman import PodmanClient
 
 from jobgate.localnet import free_port, wait_port
@@ -495,47 +494,6 @@ def registry_image(podman_socket: str, busybox: str, shared_dir: Path) -> Iterat
         with PodmanClient(base_url=podman_socket) as client:
             if client.images.exists(image):
                 client.images.remove(image, force=True)
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
-def trust_for_podman_user(podman_socket: str, registry: str, cert: Path) -> Path:
-    """``~USER/.config/containers/certs.d/REGISTRY/ca.crt`` for the socket's owner."""
-    owner = Path(podman_socket.removeprefix("unix://")).stat().st_uid
-    certs = Path(pwd.getpwuid(owner).pw_dir) / ".config/containers/certs.d"
-    if not certs.exists():
-        certs.mkdir()
-        os.chown(certs, owner, -1)
-    directory = certs / registry
-    directory.mkdir(exist_ok=True)
-    shutil.copyfile(cert, directory / "ca.crt")
-    (directory / "ca.crt").chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
-    return directory
 
 
 async def test_a_missing_image_is_pulled_with_progress(

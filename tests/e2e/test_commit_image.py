@@ -1,0 +1,110 @@
+"""A session committed to a private image, pushed to a real registry, pulled back.
+
+A TLS ``docker-registry`` on a loopback port is the cluster registry; a podman worker
+runs a session that writes into its image filesystem (/opt/marker) and into
+/home/work. Committed, the image is its owner's alone; removed from the node's store
+(standing in for a second node that never had it), a new session from it is pulled
+from the registry and sees /opt/marker but not the /home/work file; another user is
+refused the image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harness import Stack
+from oci_registry import registry_binary, serve_registry
+from podman import PodmanClient
+from podman_harness import PodmanNodes
+from test_podman_stack import (  # noqa: F401 - fixtures
+    images,
+    pg_migrated,
+    podman_nodes,
+    podman_worker,
+    shared_dir,
+    stack,
+)
+
+pytestmark = pytest.mark.podman
+
+
+@pytest.fixture
+def registry(podman_socket: str, shared_dir: Path) -> Iterator[str]:  # noqa: F811
+    binary = registry_binary()
+    if binary is None:
+        why = "no docker-registry or openssl (scripts/build-test-images.sh registry)"
+        if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    with serve_registry(binary, shared_dir, podman_socket) as address:
+        yield address
+
+
+async def _images(api: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    r = await api.get("/v1/images")
+    assert r.status_code == 200, r.text
+    return {i["name"]: i for i in r.json()}
+
+
+async def test_a_committed_session_is_a_private_image_any_node_can_pull(
+    stack: Stack,  # noqa: F811
+    podman_nodes: PodmanNodes,  # noqa: F811
+    images: dict[str, str],  # noqa: F811
+    registry: str,
+    podman_socket: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stack.settings.image_registry = registry
+    await podman_worker(stack, podman_nodes, monkeypatch)
+    alice, bob = await stack.create_user("alice"), await stack.create_user("bob")
+    script = (
+        "mkdir -p /opt && echo baked > /opt/marker && echo scratch > /home/work/scratch"
+        " && echo ready && sleep 600"
+    )
+    first = await stack.submit(alice, image=images["busybox"], command=["sh", "-c", script])
+    await stack.wait_output(first["id"], "ready")
+    async with stack.client(alice) as owner, stack.client(bob) as other, stack.client() as admin:
+        r = await admin.put("/v1/policies/user/alice", json={"allow_commit": True})
+        assert r.status_code == 200, r.text
+        r = await owner.post(f"/v1/sessions/{first['id']}/commit", json={"image": "alice/env:1"})
+        assert r.status_code == 202, r.text
+        name = r.json()["name"]
+        assert name == f"{registry}/alice/env:1"
+        deadline = time.monotonic() + 60
+        while (image := (await _images(owner))[name])["state"] == "committing":
+            assert time.monotonic() < deadline, "the commit never finished"
+            await asyncio.sleep(0.2)
+        assert image["state"] == "ready", image["detail"]
+        assert image["detail"].startswith("sha256:")
+        assert (image["visibility"], image["owner"]) == ("private", "alice")
+        assert name not in await _images(other)
+        r = await admin.delete(f"/v1/sessions/{first['id']}", params={"force": True})
+        assert r.status_code == 202, r.text
+
+        # the node forgets it: the next session must pull it from the registry
+        with PodmanClient(base_url=podman_socket) as client:
+            client.images.remove(name, force=True)
+            assert not client.images.exists(name)
+        check = "cat /opt/marker; ls -A /home/work; echo end"
+        second = await stack.submit(alice, image=name, command=["sh", "-c", check])
+        done = await stack.wait_status(second["id"], {"SUCCEEDED"}, timeout=60)
+        assert done["exit_code"] == 0
+        assert await stack.logs(second["id"]) == "baked\nend\n"  # /home/work is empty
+        with PodmanClient(base_url=podman_socket) as client:
+            assert client.images.exists(name)  # pulled back from the registry
+
+        r = await other.post(
+            "/v1/sessions", json={"image": name, "command": ["true"], "resources": {"cpu": "0.1"}}
+        )
+        assert r.status_code == 404, r.text
+        assert name in r.json()["detail"]
+    with PodmanClient(base_url=podman_socket) as client:
+        if client.images.exists(name):
+            client.images.remove(name, force=True)
