@@ -128,7 +128,7 @@ async def request_commit(
     if row is not None and row.state == "committing":
         return row  # a repeated request: the first one's job is under way
     if row is None:
-        row = Image(name=reference, owner_id=session.owner_id, visibility="private")
+        row = Image(name=reference, owner_id=session.owner_id, visibility="private", apps={})
         db.add(row)
     row.state, row.session_id, row.detail = "committing", session.id, ""
     await db.commit()

@@ -11,8 +11,10 @@ refused the image.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import time
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,23 @@ def registry(podman_socket: str, shared_dir: Path) -> Iterator[str]:  # noqa: F8
         yield address
 
 
+async def _cli(gateway: Stack, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jobgate ARGS`` as *key*'s user, in a thread (the gateway runs in this loop)."""
+    env = os.environ | {
+        "JOBGATE_URL": gateway.url,
+        "JOBGATE_API_KEY": key,
+        "JOBGATE_CONFIG": str(gateway.tmp / "no-config.toml"),
+    }
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "jobgate", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 async def _images(api: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
     r = await api.get("/v1/images")
     assert r.status_code == 200, r.text
@@ -73,14 +92,27 @@ async def test_a_committed_session_is_a_private_image_any_node_can_pull(
     async with stack.client(alice) as owner, stack.client(bob) as other, stack.client() as admin:
         r = await admin.put("/v1/policies/user/alice", json={"allow_commit": True})
         assert r.status_code == 200, r.text
-        r = await owner.post(f"/v1/sessions/{first['id']}/commit", json={"image": "alice/env:1"})
-        assert r.status_code == 202, r.text
-        name = r.json()["name"]
+        # someone else's session: one line, exit 1
+        refused = await _cli(stack, bob, "sessions", "commit", first["id"], "--image", "b:1")
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("error: no session"), refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        # the CLI waits until the image is pushed and registered
+        done = await _cli(
+            stack,
+            alice,
+            "sessions",
+            "commit",
+            first["id"],
+            "--image",
+            "alice/env:1",
+            "--output",
+            "json",
+        )
+        assert done.returncode == 0, done.stderr
+        name = json.loads(done.stdout)["name"]
         assert name == f"{registry}/alice/env:1"
-        deadline = time.monotonic() + 60
-        while (image := (await _images(owner))[name])["state"] == "committing":
-            assert time.monotonic() < deadline, "the commit never finished"
-            await asyncio.sleep(0.2)
+        image = (await _images(owner))[name]
         assert image["state"] == "ready", image["detail"]
         assert image["detail"].startswith("sha256:")
         assert (image["visibility"], image["owner"]) == ("private", "alice")

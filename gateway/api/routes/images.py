@@ -97,7 +97,7 @@ async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> Image
     async with db.begin():
         row = await db.get(Image, name)
         if row is None:
-            row = Image(name=name, visibility="public", state="ready")
+            row = Image(name=name, visibility="public", state="ready", detail="")
             db.add(row)
         row.apps = {k: v.model_dump() for k, v in apps.items()}
         return image_view(row)
