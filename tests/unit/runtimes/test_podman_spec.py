@@ -283,3 +283,28 @@ def test_a_user_mount_over_the_working_directory_is_refused(tmp_path: Path) -> N
     clash = spec(working_dir=tmp_path, mounts=[Mount(str(tmp_path), "/home/work")])
     with pytest.raises(InvalidSpec, match="two mounts share a target"):
         create_body(clash, settings(allowed_mount_roots=[tmp_path]), native=None, mem_label=None)
+
+
+def test_without_a_working_tree_home_work_is_an_empty_bind_mount_not_the_image(
+    tmp_path: Path,
+) -> None:
+    """So a commit of the session (podman commit leaves bind mounts out) never holds it."""
+    home = tmp_path / "podman-home" / "k1"
+    body = create_body(spec(), settings(), native=None, mem_label=None, home=home)
+    assert {
+        "type": "bind",
+        "source": str(home),
+        "destination": "/home/work",
+        "options": ["rbind", "rw"],
+    } in body["mounts"]
+    assert "work_dir" not in body  # the job still starts where its image says
+    # a user's own mount at /home/work wins; a working tree replaces the empty home
+    own = spec(mounts=[Mount(str(tmp_path), "/home/work")])
+    mine = create_body(
+        own, settings(allowed_mount_roots=[tmp_path]), native=None, mem_label=None, home=home
+    )
+    assert [m["source"] for m in mine["mounts"] if m["destination"] == "/home/work"] == [
+        str(tmp_path)
+    ]
+    tree = create_body(spec(working_dir=tmp_path), settings(), native=None, mem_label=None)
+    assert str(home) not in str(tree["mounts"])
