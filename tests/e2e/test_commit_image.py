@@ -2,10 +2,10 @@
 
 A TLS ``docker-registry`` on a loopback port is the cluster registry; a podman worker
 runs a session that writes into its image filesystem (/opt/marker) and into
-/home/work. Committed, the image is its owner's alone; removed from the node's store
-(standing in for a second node that never had it), a new session from it is pulled
-from the registry and sees /opt/marker but not the /home/work file; another user is
-refused the image.
+/home/work. Committed (through the CLI, which waits), the image is its owner's alone. A
+second node - a second Podman API service of the same user with an image store of its
+own - runs a new session from it, the first node cordoned: it pulls the image from the
+registry and sees /opt/marker but not the /home/work file. Another user is refused it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,42 @@ def registry(podman_socket: str, shared_dir: Path) -> Iterator[str]:  # noqa: F8
         yield address
 
 
+@pytest.fixture
+def second_store(podman_socket: str, shared_dir: Path) -> Iterator[str]:  # noqa: F811
+    """A second Podman API service of the same user with an image store of its own: the
+    image store of "another node" (``--root``/``--runroot`` under *shared_dir*)."""
+    owner = os.stat(podman_socket.removeprefix("unix://")).st_uid
+    user = pwd.getpwuid(owner).pw_name
+    store = shared_dir / "node2"
+    store.mkdir()
+    os.chown(store, owner, -1)
+    socket = store / "podman.sock"
+    podman = ["podman", "--root", f"{store}/root", "--runroot", f"{store}/run"]
+    env = ["env", f"XDG_RUNTIME_DIR=/run/user/{owner}"]
+    serve = ["system", "service", "-t", "0", f"unix://{socket}"]
+    service = subprocess.Popen(
+        ["runuser", "-u", user, "--", *env, *podman, *serve],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not socket.exists():
+            assert service.poll() is None, "the second Podman service did not start"
+            assert time.monotonic() < deadline, "the second Podman service did not start"
+            time.sleep(0.05)
+        yield f"unix://{socket}"
+    finally:
+        service.terminate()
+        service.wait(20)
+        # its layers belong to the user's sub-uids: remove them inside its namespace
+        subprocess.run(
+            ["runuser", "-u", user, "--", *env, "podman", "unshare", "rm", "-rf", str(store)],
+            capture_output=True,
+            check=False,
+        )
+
+
 async def _cli(gateway: Stack, key: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``jobgate ARGS`` as *key*'s user, in a thread (the gateway runs in this loop)."""
     env = os.environ | {
@@ -77,11 +115,12 @@ async def test_a_committed_session_is_a_private_image_any_node_can_pull(
     podman_nodes: PodmanNodes,  # noqa: F811
     images: dict[str, str],  # noqa: F811
     registry: str,
+    second_store: str,
     podman_socket: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stack.settings.image_registry = registry
-    await podman_worker(stack, podman_nodes, monkeypatch)
+    node1 = await podman_worker(stack, podman_nodes, monkeypatch)
     alice, bob = await stack.create_user("alice"), await stack.create_user("bob")
     script = (
         "mkdir -p /opt && echo baked > /opt/marker && echo scratch > /home/work/scratch"
@@ -120,17 +159,21 @@ async def test_a_committed_session_is_a_private_image_any_node_can_pull(
         r = await admin.delete(f"/v1/sessions/{first['id']}", params={"force": True})
         assert r.status_code == 202, r.text
 
-        # the node forgets it: the next session must pull it from the registry
-        with PodmanClient(base_url=podman_socket) as client:
-            client.images.remove(name, force=True)
+        # a second node with an image store of its own (it never saw the image), the
+        # first one cordoned: the next session runs there, pulled from the registry
+        node2 = await podman_worker(stack, podman_nodes, monkeypatch, socket=second_store)
+        r = await admin.post(f"/v1/nodes/{node1}/cordon")
+        assert r.status_code == 200, r.text
+        with PodmanClient(base_url=second_store) as client:
             assert not client.images.exists(name)
         check = "cat /opt/marker; ls -A /home/work; echo end"
         second = await stack.submit(alice, image=name, command=["sh", "-c", check])
         done = await stack.wait_status(second["id"], {"SUCCEEDED"}, timeout=60)
         assert done["exit_code"] == 0
+        assert done["node"] == node2
         assert await stack.logs(second["id"]) == "baked\nend\n"  # /home/work is empty
-        with PodmanClient(base_url=podman_socket) as client:
-            assert client.images.exists(name)  # pulled back from the registry
+        with PodmanClient(base_url=second_store) as client:
+            assert client.images.exists(name)  # pulled from the registry
 
         r = await other.post(
             "/v1/sessions", json={"image": name, "command": ["true"], "resources": {"cpu": "0.1"}}
