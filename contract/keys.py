@@ -46,6 +46,7 @@ __all__ = [
     "SCHEDULER_QUEUE",
     "USED_TOKEN_PREFIX",
     "activity_key",
+    "commit_job_id",
     "console_session_key",
     "dirty_key",
     "endpoint_load_key",
@@ -166,3 +167,10 @@ def endpoint_wake_key(endpoint_id: str) -> str:
 
 #: the endpoint controller's leader lease (value: the holder's random id)
 ENDPOINT_LEADER_KEY: Final = "jobgate:endpoint-controller"
+
+
+# ---- session commits (issue 15): one commit job per (kernel, image) --------------------
+def commit_job_id(kernel_id: str, image: str, request: str) -> str:
+    """One commit request's job (the gateway sends it once, when the image row enters
+    "committing"; a repeated request while it commits sends nothing)."""
+    return f"commit:{kernel_id}:{image}:{request}"

@@ -11,6 +11,9 @@ Both sides import this module; neither imports the other:
   from workers to the gateway on ``EVENTS_QUEUE``;
 * heartbeats are Redis keys with a TTL holding a :class:`Heartbeat`
   (``contract.keys.heartbeat_key``);
+* ``commit_kernel`` jobs (:class:`CommitKernel`) turn a running kernel's container into
+  an image pushed to the cluster registry; the worker answers with an
+  :class:`ImageCommitted` in the next :class:`EventBatch`;
 * log output goes over HTTP (``POST /v1/internal/kernels/{id}/logs`` with the node token)
   as a :class:`LogUpload`, answered by :class:`LogOffsets`.
 
@@ -26,9 +29,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CommitKernel",
     "EventBatch",
     "EventKind",
     "Heartbeat",
+    "ImageCommitted",
     "KernelEvent",
     "KernelReport",
     "LogChunkWire",
@@ -145,6 +150,30 @@ class StopKernel(_Message):
     attempt: int | None = None
 
 
+class CommitKernel(_Message):
+    """Commit a kernel's container to ``image`` and push it there (job ``commit_kernel``).
+
+    ``image`` is the full reference in the cluster registry (``host:port/name:tag``);
+    bind mounts (the working tree at /home/work, user mounts) are never part of it."""
+
+    kernel_id: str
+    session_id: str
+    node_id: str
+    image: str
+    #: the registry is plain HTTP (a loopback or trusted-network registry)
+    insecure: bool = False
+
+
+class ImageCommitted(_Message):
+    """The result of a ``commit_kernel`` job: ``ok`` or the reason in words."""
+
+    image: str
+    session_id: str
+    ok: bool
+    detail: str = ""
+    digest: str = ""
+
+
 EventKind = Literal[
     "preparing",  # accepted by the worker; image pull and device reservation under way
     "progress",  # a line of progress while preparing (pull percentage ...)
@@ -215,6 +244,7 @@ class EventBatch(_Message):
 
     node: NodeInfo | None = None  # a registration, when the worker (re)starts
     events: list[KernelEvent] = Field(default_factory=list)
+    commits: list[ImageCommitted] = Field(default_factory=list)
 
 
 class Heartbeat(_Message):

@@ -63,6 +63,9 @@ class GatewaySettings(BaseSettings):
 
     # -- sessions ---------------------------------------------------------------------
     default_image: str = ""
+    #: the cluster's OCI registry (``host:port``) that committed sessions are pushed to
+    #: and every node pulls them from; empty: sessions cannot be committed (docs/images.md)
+    image_registry: str = ""
     #: host directories sessions may bind-mount (comma-separated); empty: none
     allowed_mount_roots: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_env_bytes: int = 64 * 1024

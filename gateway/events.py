@@ -37,6 +37,7 @@ from gateway.domain.status import (
     can_move_kernel,
     can_transition,
 )
+from gateway.images import record_commits
 from gateway.lifecycle import stop_job, stop_kernels
 from gateway.outbox import Outbox
 
@@ -76,6 +77,9 @@ class EventHandler:
         if events:
             async with self.db() as db, db.begin():
                 await self._apply(db, events, outbox)
+        if batch.commits:
+            async with self.db() as db, db.begin():
+                await record_commits(db, batch.commits)
         return outbox
 
     # -- registration -----------------------------------------------------------------

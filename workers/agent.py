@@ -34,7 +34,9 @@ from contract.apps import App
 from contract.cluster import cluster_network
 from contract.keys import heartbeat_key, node_queue, sim_host_queue
 from contract.messages import (
+    CommitKernel,
     Heartbeat,
+    ImageCommitted,
     KernelEvent,
     KernelReport,
     NodeInfo,
@@ -380,6 +382,21 @@ class NodeAgent:
             return self.kernels.get(attempt_ref(kernel_id, attempt))
         return next((r for r in self.kernels.values() if r.state.kernel_id == kernel_id), None)
 
+    async def commit(self, job: CommitKernel) -> None:
+        """Commit the kernel's container to ``job.image`` and push it; report the result."""
+        run = self.find(job.kernel_id, None)
+        ok, detail, digest = False, "its container does not run on this node", ""
+        if run is not None and run.handle is not None:
+            try:
+                digest = await self.runtime.commit(run.handle, job.image)
+                ok, detail = True, ""
+            except RuntimeFailure as exc:
+                detail = str(exc)
+        reported = ImageCommitted(
+            image=job.image, session_id=job.session_id, ok=ok, detail=detail, digest=digest
+        )
+        self.services.reporter.report(reported)
+
     async def stop(self, job: StopKernel) -> None:
         run = self.find(job.kernel_id, job.attempt)
         if run is None:
@@ -527,6 +544,14 @@ class Agent:
             if node is not None:
                 await node.stop(job)
 
+        async def commit_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
+            job = CommitKernel.model_validate(payload)
+            node = self.nodes.get(job.node_id)
+            if node is None:
+                log.error("commit for node %s, which this worker does not run", job.node_id)
+                return
+            await node.commit(job)
+
         return queueing.make_worker(
             self.settings.redis_url,
             queue,
@@ -534,6 +559,7 @@ class Agent:
                 func(start_kernel, name="start_kernel", max_tries=3),
                 func(start_kernels, name="start_kernels", max_tries=3),
                 func(stop_kernel, name="stop_kernel", max_tries=3),
+                func(commit_kernel, name="commit_kernel", max_tries=1, timeout=1800),
             ],
             max_jobs=200,
             job_timeout=60,

@@ -47,10 +47,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from contract.messages import EventBatch, KernelEvent, NodeInfo
+from contract.messages import EventBatch, ImageCommitted, KernelEvent, NodeInfo
 from contract.metrics_http import MetricsListener
 from plugins.runtimes.base import LogChunk
-from workers.reporter import EventReporter
+from workers.reporter import EventReporter, Report
 from workers.shipper import LogClient
 
 __all__ = [
@@ -193,22 +193,24 @@ class WorkerMetrics:
         )
 
     # -- counting ---------------------------------------------------------------------
-    def observe(self, event: KernelEvent | NodeInfo) -> None:
+    def observe(self, event: Report) -> None:
         """An event as the worker reports it: starts and exits are counted here."""
-        if isinstance(event, NodeInfo):
+        if not isinstance(event, KernelEvent):  # registrations, commits
             return
         if (outcome := start_outcome(event)) is not None:
             self.starts.labels(outcome).inc()
         if (outcome := exit_outcome(event)) is not None:
             self.exits.labels(outcome).inc()
 
-    def shipped(self, items: Sequence[KernelEvent | NodeInfo | EventBatch]) -> None:
+    def shipped(self, items: Sequence[Report]) -> None:
         for item in items:
             if isinstance(item, EventBatch):  # a registration with the ends it carries
-                self.events.labels("registration").inc()
+                kind = "registration"
+            elif isinstance(item, ImageCommitted):
+                kind = "image_committed"
             else:
                 kind = "registration" if isinstance(item, NodeInfo) else item.kind
-                self.events.labels(kind).inc()
+            self.events.labels(kind).inc()
 
     def logs_shipped(self, chunks: Sequence[LogChunk]) -> None:
         for chunk in chunks:
@@ -243,11 +245,11 @@ class MeteredReporter(EventReporter):
         super().__init__(pool)
         self.metrics = metrics
 
-    def report(self, event: KernelEvent | NodeInfo) -> None:
+    def report(self, event: Report) -> None:
         self.metrics.observe(event)
         super().report(event)
 
-    async def _send(self, items: list[KernelEvent | NodeInfo | EventBatch]) -> None:
+    async def _send(self, items: list[Report]) -> None:
         # the parent's _send returns only once every batch is in Redis (it retries)
         await super()._send(items)
         self.metrics.shipped(items)

@@ -24,9 +24,12 @@ from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
 from contract.keys import EVENTS_QUEUE
-from contract.messages import EventBatch, KernelEvent, NodeInfo
+from contract.messages import EventBatch, ImageCommitted, KernelEvent, NodeInfo
 
-__all__ = ["EventReporter"]
+__all__ = ["EventReporter", "Report"]
+
+#: what a worker reports to the gateway
+Report = KernelEvent | NodeInfo | ImageCommitted | EventBatch
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ class EventReporter:
         self.linger_s = linger_s
         self.max_batch = max_batch
         self._latest: OrderedDict[tuple[str, int | None], tuple[float, KernelEvent]] = OrderedDict()
-        self._events: asyncio.Queue[KernelEvent | NodeInfo | EventBatch] = asyncio.Queue()
+        self._events: asyncio.Queue[Report] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -49,7 +52,7 @@ class EventReporter:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="event-reporter")
 
-    def report(self, event: KernelEvent | NodeInfo) -> None:
+    def report(self, event: Report) -> None:
         self._idle.clear()
         self._events.put_nowait(event)
         if isinstance(event, KernelEvent):
@@ -104,12 +107,13 @@ class EventReporter:
             if self._events.empty():
                 self._idle.set()
 
-    async def _send(self, items: list[KernelEvent | NodeInfo | EventBatch]) -> None:
+    async def _send(self, items: list[Report]) -> None:
         events = [i for i in items if isinstance(i, KernelEvent)]
+        commits = [i for i in items if isinstance(i, ImageCommitted)]
         batches = [i if isinstance(i, EventBatch) else EventBatch(node=i) for i in items
-                   if not isinstance(i, KernelEvent)]  # fmt: skip
-        if events:
-            batches.append(EventBatch(events=events))
+                   if isinstance(i, (NodeInfo, EventBatch))]  # fmt: skip
+        if events or commits:
+            batches.append(EventBatch(events=events, commits=commits))
         delay = 0.1
         for batch in batches:
             while True:

@@ -179,6 +179,8 @@ class ResourcePolicy(Base):
     max_slots: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     #: bytes the subject's data folders may hold (docs/folders.md)
     max_folder_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    #: may the subject's owners commit their sessions to private images (None: no)
+    allow_commit: Mapped[bool | None] = mapped_column(Boolean, default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
@@ -400,13 +402,21 @@ class SessionLog(Base):
 
 
 class Image(Base):
-    """Operator-registered apps of an image; they override the image's own label."""
+    """An image jobgate knows: operator-registered apps (they override the image's own
+    label), or a session committed to a private image of its owner."""
 
     __tablename__ = "images"
 
     name: Mapped[str] = mapped_column(String(512), primary_key=True)
     #: name -> {"port", "protocol", "strip_prefix", "start"}
     apps: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    #: None: a public image (operator-registered); else the user a commit made it for
+    owner_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
+    visibility: Mapped[str] = mapped_column(String(16), default="public")  # | private
+    #: a committed image: committing -> ready | failed (registered images are ready)
+    state: Mapped[str] = mapped_column(String(16), default="ready")
+    session_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    detail: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -47,6 +47,7 @@ from gateway.domain.signatures import new_secret
 from gateway.domain.status import TERMINAL, KernelStatus, SessionStatus
 from gateway.domain.validation import within_roots
 from gateway.domain.webhooks import check_url
+from gateway.images import check_usable
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
 from gateway.queue import ScheduleRequests
@@ -261,6 +262,7 @@ class SessionService:
         rows = _array_rows(body)
         await self._check_names(db, principal, [name for name, _ in rows])
         resources = await self._resources(db, body.resources)
+        await check_usable(db, principal, body.image)  # another user's private one: 404
         image = await self._feasible(db, body, resources)
         project_id = await self._project(db, principal, body.project)
         await self._check_group(db, body)

@@ -14,7 +14,8 @@ apps_app = typer.Typer(
     help="Apps of interactive sessions (Jupyter, code-server, ...).", no_args_is_help=True
 )
 images_app = typer.Typer(
-    help="The image registry: which apps an image serves.", no_args_is_help=True
+    help="Images: which apps an image serves; private images of committed sessions.",
+    no_args_is_help=True,
 )
 
 
@@ -56,15 +57,21 @@ def apps_open(
 
 @images_app.command("ls")
 def images_ls(output: OutputOpt = Output.table) -> None:
-    """Images the gateway knows apps for (admins register them)."""
+    """Images the gateway knows: registered apps, and your private (committed) images."""
     found = client().get("/v1/images")
     if output == Output.json:
         print_json(found)
         return
     table(
-        ["IMAGE", "APPS"],
+        ["IMAGE", "VISIBILITY", "STATE", "APPS"],
         [
-            [i["name"], ", ".join(f"{n}:{a['protocol']}:{a['port']}" for n, a in i["apps"].items())]
+            [
+                i["name"],
+                i.get("visibility", "public")
+                + (f" ({i['owner']})" if i.get("visibility") == "private" else ""),
+                i.get("state", "ready"),
+                ", ".join(f"{n}:{a['protocol']}:{a['port']}" for n, a in i["apps"].items()),
+            ]
             for i in found
         ],
     )

@@ -1,11 +1,13 @@
-"""``jobgate sessions ls|show|logs|rm|create``."""
+"""``jobgate sessions ls|show|logs|rm|create|commit``."""
 
 from __future__ import annotations
 
 import sys
+import time
 from enum import StrEnum
 from typing import Annotated, Any
 
+import click
 import typer
 
 from gateway.domain.status import SessionStatus
@@ -284,3 +286,36 @@ def create(
         print_json(s)
     else:
         print(s["id"])
+
+
+@app.command("commit")
+def commit(
+    session: SessionArg,
+    image: Annotated[
+        str, typer.Option("--image", help="name:tag of the new private image, e.g. me/env:1")
+    ],
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Wait until the image is pushed.")
+    ] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.", min=1)] = 900,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Turn a running session's container into a private image of its owner.
+
+    Folder mounts and /home/work are not part of it. By default it waits until the image
+    is in the cluster registry (ready), and fails if the commit failed."""
+    api = client()
+    found = api.post(f"/v1/sessions/{api.resolve_session(session)}/commit", json={"image": image})
+    deadline = time.monotonic() + timeout
+    while wait and found["state"] == "committing":
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"{found['name']} is still committing after {timeout:g} s")
+        time.sleep(0.5)
+        images = {i["name"]: i for i in api.get("/v1/images")}
+        found = images.get(found["name"], {**found, "state": "failed", "detail": "it vanished"})
+    if found["state"] == "failed":
+        raise click.ClickException(f"commit to {found['name']} failed: {found['detail']}")
+    if output == Output.json:
+        print_json(found)
+    else:
+        print(found["name"])

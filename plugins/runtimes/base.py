@@ -9,7 +9,10 @@ The worker drives a runtime through one kernel's life::
     status = await rt.wait(handle)          # exit code, OOM, reason
     await rt.remove(handle)
 
-and, after a restart of the worker, ``await rt.list_kernels()`` finds every kernel this
+``await rt.commit(handle, image)`` turns a running kernel's container into an image in a
+registry (only container runtimes can; the others raise :class:`CommitUnsupported`).
+
+And, after a restart of the worker, ``await rt.list_kernels()`` finds every kernel this
 node started (by label, pid file, ...) so the worker re-attaches instead of killing them.
 ``logs()`` takes the byte offsets already shipped, so a re-attached worker resumes where
 it stopped. Runtimes never see the database or the gateway.
@@ -38,6 +41,7 @@ __all__ = [
     "PORT_NAME_PATTERN",
     "SERVICE_PORTS_LABEL",
     "ClusterNet",
+    "CommitUnsupported",
     "ExitStatus",
     "ImageNotFound",
     "InvalidSpec",
@@ -76,6 +80,10 @@ class ImageNotFound(RuntimeFailure):
     def __init__(self, image: str, detail: str = "") -> None:
         super().__init__(f"image not found: {image}" + (f" ({detail})" if detail else ""))
         self.image = image
+
+
+class CommitUnsupported(RuntimeFailure):
+    """This runtime has no image to commit a kernel to (processes, simulated kernels)."""
 
 
 class InvalidSpec(RuntimeFailure):
@@ -271,5 +279,10 @@ class Runtime(Protocol):
     async def stop(self, handle: KernelHandle, grace: float) -> None: ...
 
     async def remove(self, handle: KernelHandle) -> None: ...
+
+    async def commit(self, handle: KernelHandle, image: str) -> str:
+        """Commit the running kernel's filesystem (never its bind mounts) to *image* and
+        push it to *image*'s registry; the pushed digest. CommitUnsupported if it cannot."""
+        ...
 
     async def close(self) -> None: ...

@@ -31,6 +31,7 @@ from typing import ClassVar
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from plugins.runtimes.base import (
+    CommitUnsupported,
     ExitStatus,
     InvalidSpec,
     KernelHandle,
@@ -249,6 +250,11 @@ class ProcessRuntime:
             await asyncio.sleep(0.05)
         if not (kdir / "exit").exists():
             _signal_group(pgid, signal.SIGKILL)
+
+    async def commit(self, handle: KernelHandle, image: str) -> str:
+        raise CommitUnsupported(
+            "the process runtime runs jobs as host processes: there is no container image to commit"
+        )
 
     async def remove(self, handle: KernelHandle) -> None:
         await asyncio.to_thread(shutil.rmtree, self._kdir(handle.kernel_id), True)

@@ -25,6 +25,7 @@ from typing import ClassVar
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from plugins.runtimes.base import (
+    CommitUnsupported,
     ExitStatus,
     KernelHandle,
     KernelSpec,
@@ -138,6 +139,11 @@ class SimRuntime:
         kernel = self._kernels.get(handle.kernel_id)
         if kernel is not None:
             kernel.stopped.set()
+
+    async def commit(self, handle: KernelHandle, image: str) -> str:
+        raise CommitUnsupported(
+            "the sim runtime only simulates kernels: there is no container image to commit"
+        )
 
     async def remove(self, handle: KernelHandle) -> None:
         self._kernels.pop(handle.kernel_id, None)

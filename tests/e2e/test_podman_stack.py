@@ -22,9 +22,9 @@ from typing import Any
 import asyncpg
 import pytest
 from harness import Stack
+from oci_registry import local_registry_image, registry_binary
 from podman import PodmanClient
 from podman_harness import BUSYBOX, PYTHON, PodmanNodes, sse, wait_gone, wait_state_not
-from podman_registry import local_registry_image, registry_binary
 
 from gateway.db.migrate import upgrade
 from gateway.db.models import Base

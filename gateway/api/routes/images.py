@@ -12,10 +12,11 @@ from sqlalchemy import select
 
 from contract.apps import with_defaults
 from gateway.api.deps import Admin, CurrentUser, DbSession
-from gateway.db.models import Image
+from gateway.db.models import Image, User
 from gateway.domain.errors import Invalid, NotFound
 from gateway.domain.requests import Input
 from gateway.domain.validation import valid_image_reference
+from gateway.images import visible_to
 from plugins.runtimes.base import parse_service_ports
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
@@ -47,15 +48,35 @@ class ImageSet(Input):
 class ImagePublic(BaseModel):
     name: str
     apps: dict[str, AppDefinition]
+    visibility: str = Field(default="public", description="public | private (to its owner)")
+    owner: str | None = Field(default=None, description="the owner's user name (private)")
+    state: str = Field(default="ready", description="committing | ready | failed")
+    session_id: str | None = Field(default=None, description="the session committed")
+    detail: str = Field(default="", description="the pushed digest, or why it failed")
+
+
+def image_view(row: Image, owner: str | None = None) -> ImagePublic:
+    return ImagePublic(
+        name=row.name,
+        apps={k: AppDefinition(**v) for k, v in row.apps.items()},
+        visibility=row.visibility,
+        owner=owner,
+        state=row.state,
+        session_id=row.session_id,
+        detail=row.detail,
+    )
 
 
 @router.get("", operation_id="images-list", response_model=list[ImagePublic])
-async def list_images(_: CurrentUser, db: DbSession) -> list[ImagePublic]:
-    rows = (await db.execute(select(Image).order_by(Image.name))).scalars()
-    return [
-        ImagePublic(name=r.name, apps={k: AppDefinition(**v) for k, v in r.apps.items()})
-        for r in rows
-    ]
+async def list_images(principal: CurrentUser, db: DbSession) -> list[ImagePublic]:
+    """Public images and the caller's private ones (committed sessions); admins see all."""
+    query = (
+        select(Image, User.name)
+        .outerjoin(User, User.id == Image.owner_id)
+        .where(visible_to(principal))
+        .order_by(Image.name)
+    )
+    return [image_view(row, owner) for row, owner in (await db.execute(query)).all()]
 
 
 @router.put("/{name:path}", operation_id="images-set", response_model=ImagePublic)
@@ -75,10 +96,10 @@ async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> Image
     async with db.begin():
         row = await db.get(Image, name)
         if row is None:
-            row = Image(name=name)
+            row = Image(name=name, visibility="public", state="ready", detail="")
             db.add(row)
         row.apps = {k: v.model_dump() for k, v in apps.items()}
-    return ImagePublic(name=name, apps=apps)
+        return image_view(row)
 
 
 @router.delete(

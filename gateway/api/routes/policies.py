@@ -1,9 +1,10 @@
 """/v1/policies: per-user and per-project resource policies (admins).
 
 A policy limits concurrent sessions, pending sessions, total slots and the bytes the
-subject's data folders may hold (``max_folder_bytes``, docs/folders.md). The subject is
-a user or project name, or ``*`` for the default of every user (or project) without a
-policy of its own. Absent limits are unlimited.
+subject's data folders may hold (``max_folder_bytes``, docs/folders.md); a user policy
+(or the ``*`` default) may also let its users commit sessions to images
+(``allow_commit``). The subject is a user or project name, or ``*`` for the default of
+every user (or project) without a policy of its own. Absent limits are unlimited.
 
 ``PUT`` replaces a policy (limits not given become unlimited); ``PATCH`` is a JSON merge
 patch (RFC 7396): it changes only the limits given, ``null`` makes one unlimited, and
@@ -39,6 +40,9 @@ class PolicySet(Input):
     )
     max_folder_bytes: int | None = Field(
         default=None, ge=0, le=2**62, description="bytes its data folders may hold"
+    )
+    allow_commit: bool | None = Field(
+        default=None, description="users: may commit their sessions to private images"
     )
 
     @field_validator("max_slots")
@@ -79,6 +83,9 @@ class PolicyPatch(Input):
     max_folder_bytes: int | None = Field(
         default=None, ge=0, le=2**62, description="bytes its data folders may hold"
     )
+    allow_commit: bool | None = Field(
+        default=None, description="users: may commit their sessions to private images"
+    )
 
 
 class PolicyPublic(BaseModel):
@@ -88,6 +95,7 @@ class PolicyPublic(BaseModel):
     max_pending: int | None
     max_slots: dict[str, str] | None
     max_folder_bytes: int | None = None
+    allow_commit: bool | None = None
 
 
 async def _subject_id(db: DbSession, scope: Scope, subject: str) -> str:
@@ -114,6 +122,7 @@ def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
         max_pending=row.max_pending,
         max_slots=dict(row.max_slots) if row.max_slots else None,
         max_folder_bytes=row.max_folder_bytes,
+        allow_commit=row.allow_commit,
     )
 
 
@@ -146,6 +155,7 @@ async def set_policy(
         row.max_pending = body.max_pending
         row.max_slots = ResourceSlots.parse(body.max_slots).to_json() if body.max_slots else None
         row.max_folder_bytes = body.max_folder_bytes
+        row.allow_commit = body.allow_commit
     return _public(row, {subject_id: subject})
 
 
@@ -167,6 +177,8 @@ async def update_policy(
             row.max_pending = body.max_pending
         if "max_folder_bytes" in given:
             row.max_folder_bytes = body.max_folder_bytes
+        if "allow_commit" in given:
+            row.allow_commit = body.allow_commit
         if "max_slots" in given:
             slots = merge_patch(row.max_slots, body.max_slots or {}) if body.max_slots else {}
             if slots:

@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.deps import CurrentUser, DbSession, State
 from gateway.api.render import public, render, render_many
+from gateway.api.routes.images import ImagePublic, image_view
 from gateway.api.schemas import SessionCreate, SessionList, SessionPublic
 from gateway.apps import last_activity
+from gateway.db.models import User
 from gateway.domain.idle import idle_deadline, idle_timeout
 from gateway.domain.requests import SessionType
 from gateway.domain.status import SessionStatus
+from gateway.images import request_commit
 from gateway.services.views import get_owned, list_page
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -107,6 +111,36 @@ async def get_session(
         timeout = idle_timeout(session.idle_timeout_s, state.settings.idle_timeout_s)
         view.idle_deadline = idle_deadline(session.started_at, view.last_activity_at, timeout)
     return view
+
+
+class SessionCommit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    image: str | None = Field(
+        default=None,
+        max_length=255,
+        description="name:tag of the new image (required; in the cluster registry)",
+    )
+
+
+@router.post(
+    "/{session_id}/commit",
+    operation_id="sessions-commit",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ImagePublic,
+)
+async def commit_session(
+    session_id: str, body: SessionCommit, principal: CurrentUser, state: State, db: DbSession
+) -> ImagePublic:
+    """Commit a running session's main container to a private image of its owner.
+
+    The folder mounts and /home/work are not part of it. 202: the image is
+    ``committing``; it is ``ready`` once pushed to the cluster registry (poll
+    ``GET /v1/images``). Admins; owners where their user policy has ``allow_commit``."""
+    row = await request_commit(
+        db, state.pool, state.settings.image_registry, principal, session_id, body.image
+    )
+    owner = await db.get(User, row.owner_id) if row.owner_id else None
+    return image_view(row, owner.name if owner else None)
 
 
 @router.delete(

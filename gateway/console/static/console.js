@@ -233,6 +233,7 @@ function launchDialog(onLaunched) {
   function groupImages(list) {
     const byName = {};
     for (const item of list) {
+      if ((item.state || "ready") !== "ready") continue; // a commit under way or failed
       const at = item.name.lastIndexOf(":");
       const slash = item.name.lastIndexOf("/");
       const [name, tag] = at > slash ? [item.name.slice(0, at), item.name.slice(at + 1)] : [item.name, "latest"];

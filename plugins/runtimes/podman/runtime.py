@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -187,6 +188,21 @@ class PodmanRuntime:
         except LimitError as exc:
             raise InvalidSpec(str(exc)) from None
 
+    def _home(self, kernel_id: str) -> Path:
+        """The kernel's own empty /home/work when it has no working tree (see spec._mounts).
+
+        Under the state directory, except for a worker running as root beside another
+        user's rootless Podman: that user must traverse to it, and a data directory is
+        0700; then ``/var/tmp/jobgate-home-<instance>`` (0711: traversable, not listable).
+        """
+        root = self.context.state_dir / "podman-home"
+        path = self.settings.socket_path
+        if os.geteuid() == 0 and path and os.path.exists(path) and os.stat(path).st_uid != 0:
+            root = Path("/var/tmp") / f"jobgate-home-{self.context.instance or 'default'}"
+            root.mkdir(mode=0o711, parents=True, exist_ok=True)
+            root.chmod(0o711)
+        return root / kernel_id
+
     async def start(self, spec: KernelSpec) -> KernelHandle:
         """Create and start; returns once the container runs (with its host ports)."""
         limits = self._limits(spec)
@@ -199,9 +215,11 @@ class PodmanRuntime:
         if not limits.empty and not support.enforced:
             log.debug("kernel %s: limits not enforced here (%s)", spec.kernel_id, support.detail)
         mem_label = limits.memory if enforce else None
-        body = create_body(spec, self.settings, native=native, mem_label=mem_label)
-        if spec.working_dir is not None:
-            await asyncio.to_thread(_hand_to_podman_user, spec.working_dir, self.settings.socket)
+        home = None if spec.working_dir is not None else self._home(spec.kernel_id)
+        body = create_body(spec, self.settings, native=native, mem_label=mem_label, home=home)
+        tree = spec.working_dir or home
+        if tree is not None:
+            await asyncio.to_thread(_hand_to_podman_user, tree, self.settings.socket, home)
         if spec.cluster is not None and spec.cluster.config_dir is not None:
             await asyncio.to_thread(
                 _hand_to_podman_user, spec.cluster.config_dir, self.settings.socket
@@ -402,6 +420,17 @@ class PodmanRuntime:
         task = self._exits.pop(handle.ref, None)
         if task is not None and not task.done():
             task.cancel()
+        await asyncio.to_thread(shutil.rmtree, self._home(handle.kernel_id), True)
+
+    # -- commit -----------------------------------------------------------------------
+    async def commit(self, handle: KernelHandle, image: str) -> str:
+        """Commit the running container to *image* and push it; the pushed digest.
+
+        ``podman commit`` takes the container's own filesystem only: bind mounts (the
+        working tree or the empty home at /home/work, user mounts) are never in it.
+        The registry must be one Podman trusts (TLS, or ``certs.d`` for its CA)."""
+        await self._streams.commit(handle.ref, image)
+        return await self._streams.push(image)
 
     async def close(self) -> None:
         """Drop connections and threads; containers keep running (a new instance re-attaches)."""
@@ -416,13 +445,16 @@ class PodmanRuntime:
         self._api.close()
 
 
-def _hand_to_podman_user(tree: Path, socket: str) -> None:
+def _hand_to_podman_user(tree: Path, socket: str, create: Path | None = None) -> None:
     """Make the Podman user (the container's root) own a kernel's working directory.
 
     A worker running as the Podman user (the normal rootless node) already owns the copy
     it unpacked, so this does nothing. A worker running as root next to another user's
     rootless Podman (CI, some hosts) hands the copy over, so the job owns its files.
+    *create*: make that (empty) directory first.
     """
+    if create is not None:
+        create.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0 or not socket.startswith("unix://"):
         return
     owner = os.stat(socket.removeprefix("unix://"))

@@ -122,7 +122,9 @@ def _folder_mounts(spec: KernelSpec) -> list[Mount]:
     return [Mount(m.source, _clean_target(m.target), m.read_only) for m in spec.folders]
 
 
-def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], str | None]:
+def _mounts(
+    spec: KernelSpec, settings: PodmanSettings, home: Path | None, taken: set[str]
+) -> tuple[list[Mount], str | None]:
     """The container's mounts and working directory.
 
     A session's working tree (the worker's own per-kernel copy, so not subject to the
@@ -130,6 +132,11 @@ def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], st
     job starts unless it names another workdir. Rootless: the host user who owns the
     copy is the container's root, so a job running as root (the images' default) owns
     its files there; a non-root image user can read them.
+
+    Without a working tree, *home* (an empty per-kernel host directory) is bind-mounted
+    there instead: ``/home/work`` is then never in the container's own filesystem, so a
+    commit of the session (``podman commit`` leaves bind mounts out) never contains it
+    (unless a mount or a data folder in *taken* is already there).
     """
     mounts = validate_mounts(spec.mounts, settings.allowed_mount_roots) + spec.reservation.mounts
     cluster = spec.cluster
@@ -140,6 +147,8 @@ def _mounts(spec: KernelSpec, settings: PodmanSettings) -> tuple[list[Mount], st
     if spec.working_dir is not None:
         mounts.append(Mount(str(spec.working_dir), settings.working_dir_target))
         workdir = workdir or settings.working_dir_target
+    elif home is not None and settings.working_dir_target not in taken | {m.target for m in mounts}:
+        mounts.append(Mount(str(home), settings.working_dir_target))
     return mounts, workdir
 
 
@@ -152,13 +161,18 @@ def _network(settings: PodmanSettings) -> dict[str, Any]:
 
 
 def create_body(
-    spec: KernelSpec, settings: PodmanSettings, *, native: Limits | None, mem_label: int | None
+    spec: KernelSpec,
+    settings: PodmanSettings,
+    *,
+    native: Limits | None,
+    mem_label: int | None,
+    home: Path | None = None,
 ) -> dict[str, Any]:
     """The libpod SpecGenerator for *spec*.
 
     *native*: limits Podman itself enforces (cgroup v2); None where the runtime writes them
     (v1-delegated) or nothing can (v1-none). *mem_label*: the memory limit that holds, for
-    the out-of-memory reason after a restart.
+    the out-of-memory reason after a restart. *home*: see :func:`_mounts`.
     """
     if not spec.image:
         raise InvalidSpec("the podman runtime needs an image")
@@ -166,8 +180,8 @@ def create_body(
         raise InvalidSpec("command contains a NUL byte")
     if spec.workdir is not None and not spec.workdir.startswith("/"):
         raise InvalidSpec(f"working directory must be absolute: {spec.workdir!r}")
-    mounts, workdir = _mounts(spec, settings)
     folders = _folder_mounts(spec)
+    mounts, workdir = _mounts(spec, settings, home, taken={m.target for m in folders})
     targets = [m.target for m in [*mounts, *folders]]
     if len(set(targets)) != len(targets):
         raise InvalidSpec(f"two mounts share a target: {sorted(targets)}")

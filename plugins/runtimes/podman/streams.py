@@ -141,6 +141,45 @@ class StreamClient:
                     if chunk is not None:
                         yield chunk
 
+    # -- commit and push ---------------------------------------------------------------
+    async def commit(self, ref: str, image: str) -> None:
+        """``podman commit`` the container *ref* to *image* (``repo:tag``), not paused."""
+        repo, _, tag = image.rpartition(":")
+        url = f"{self._base}{LIBPOD}/commit"
+        params = {"container": ref, "repo": repo, "tag": tag, "pause": "false"}
+        try:
+            async with self._http().post(url, params=params) as response:
+                body = await response.text()
+        except aiohttp.ClientError as exc:
+            raise RuntimeFailure(f"Podman API failed while committing: {exc}") from exc
+        _check(response.status, body, ref)
+        if response.status >= 300:
+            raise RuntimeFailure(f"commit to {image} failed: {_message(body)}")
+
+    async def push(self, image: str) -> str:
+        """Push *image* to its registry; the manifest digest Podman reports ("" if none)."""
+        url = f"{self._base}{LIBPOD}/images/{quote(image, safe='')}/push"
+        params = {"destination": image, "quiet": "false"}
+        try:
+            async with self._http().post(url, params=params) as response:
+                body = await response.text()
+        except aiohttp.ClientError as exc:
+            raise RuntimeFailure(f"Podman API failed while pushing {image}: {exc}") from exc
+        if response.status >= 300:
+            raise RuntimeFailure(f"push of {image} failed: {_message(body)}")
+        for line in body.splitlines():
+            with contextlib.suppress(ValueError):
+                item = json.loads(line)
+                if isinstance(item, dict) and item.get("error"):
+                    raise RuntimeFailure(f"push of {image} failed: {item['error']}")
+        # the pushed manifest's digest: the image's RepoDigest in that repository
+        url = f"{self._base}{LIBPOD}/images/{quote(image, safe='')}/json"
+        async with self._http().get(url) as response:
+            data = await response.json() if response.status == 200 else {}
+        repository = image.rpartition(":")[0] + "@"
+        pushed = [d for d in data.get("RepoDigests") or [] if str(d).startswith(repository)]
+        return str(pushed[0]).partition("@")[2] if pushed else str(data.get("Digest") or "")
+
     # -- pull -------------------------------------------------------------------------
     async def pull(self, image: str, progress: ProgressCallback) -> None:
         """Pull through the Docker-compatible endpoint, which reports per-layer events.

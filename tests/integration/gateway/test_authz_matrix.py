@@ -49,6 +49,7 @@ MATRIX: dict[str, str] = {
     "GET /v1/sessions/{session_id}/logs": OWNER,
     "GET /v1/sessions/{session_id}/apps": OWNER,
     "POST /v1/sessions/{session_id}/apps/{app}": OWNER,
+    "POST /v1/sessions/{session_id}/commit": OWNER,  # and a policy, for non-admins
     # nodes: everyone may look, admins act
     "GET /v1/nodes": USER,
     "GET /v1/nodes/{node_id}": USER,

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from oci_registry import local_registry_image, registry_binary
 from podman import PodmanClient
-from podman_registry import local_registry_image, registry_binary
 
 from plugins.common import Mount
 from plugins.resources import ResourceSlots

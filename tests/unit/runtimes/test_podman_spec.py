@@ -291,3 +291,28 @@ def test_host_loopback_is_an_operator_opt_in_for_slirp4netns_only() -> None:
     assert opted["network_options"] == {"slirp4netns": ["allow_host_loopback=true"]}
     closed = settings(host_loopback=True, network="none")
     assert "network_options" not in create_body(spec(), closed, native=None, mem_label=None)
+
+
+def test_without_a_working_tree_home_work_is_an_empty_bind_mount_not_the_image(
+    tmp_path: Path,
+) -> None:
+    """So a commit of the session (podman commit leaves bind mounts out) never holds it."""
+    home = tmp_path / "podman-home" / "k1"
+    body = create_body(spec(), settings(), native=None, mem_label=None, home=home)
+    assert {
+        "type": "bind",
+        "source": str(home),
+        "destination": "/home/work",
+        "options": ["rbind", "rw"],
+    } in body["mounts"]
+    assert "work_dir" not in body  # the job still starts where its image says
+    # a user's own mount at /home/work wins; a working tree replaces the empty home
+    own = spec(mounts=[Mount(str(tmp_path), "/home/work")])
+    mine = create_body(
+        own, settings(allowed_mount_roots=[tmp_path]), native=None, mem_label=None, home=home
+    )
+    assert [m["source"] for m in mine["mounts"] if m["destination"] == "/home/work"] == [
+        str(tmp_path)
+    ]
+    tree = create_body(spec(working_dir=tmp_path), settings(), native=None, mem_label=None)
+    assert str(home) not in str(tree["mounts"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.runtimes.base import KernelSpec, RuntimeContext, RuntimeFailure
+from plugins.runtimes.base import CommitUnsupported, KernelSpec, RuntimeContext, RuntimeFailure
 from plugins.runtimes.sim import SimRuntime, SimSettings
 
 
@@ -62,3 +62,11 @@ async def test_start_error_is_a_runtime_failure(tmp_path: Path) -> None:
 
 async def _progress(message: str) -> None:
     pass
+
+
+async def test_a_commit_is_refused_with_the_reason(tmp_path: Path) -> None:
+    rt = make(tmp_path)
+    handle = await rt.start(spec({}, command=[]))
+    with pytest.raises(CommitUnsupported, match="no container image to commit"):
+        await rt.commit(handle, "127.0.0.1:5000/me/env:1")
+    await rt.stop(handle, grace=1)
