@@ -150,7 +150,9 @@ class EndpointScale(Input):
 
 
 class EndpointRollback(Input):
-    to: int | None = Field(default=None, ge=1, description="a revision (default: the previous)")
+    to: int | None = Field(
+        default=None, ge=1, le=2**31 - 1, description="a revision (default: the previous)"
+    )
 
 
 class TokenCreate(Input):
