@@ -1,4 +1,4 @@
-"""Helpers for the cluster-session tests (``test_cluster_sessions.py``).
+"""Helpers for the cluster-session tests (``test_cluster_sessions_podman.py``).
 
 :class:`PodmanService` starts a rootless Podman API service of the Podman user's own on
 a private socket, optionally inside a network namespace (a multi-node "node"), with the

@@ -3,7 +3,7 @@
 The data plane (the app proxy) is not here: where a proxy would probe a replica or
 report load, the test writes the same contract records to Redis itself, and replicas
 "run" by having their rows moved as a worker's events would (no runtime publishes a
-port without Podman; the Podman path is tests/e2e/test_endpoints.py's).
+port without Podman; the Podman path is tests/e2e/test_endpoints_podman.py's).
 """
 
 from __future__ import annotations
