@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 import httpx
-from e2e_sim import Bench, percentile
+from common import percentile
+from e2e_sim import Bench, add_pg_argument, measure
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -172,23 +173,12 @@ async def main() -> None:
     parser.add_argument("--warmup", type=int, default=1_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--array", type=int, default=0, help="then one array of N sessions")
-    parser.add_argument(
-        "--pg",
-        default=os.environ.get(
-            "JOBGATE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    add_pg_argument(parser)
     parser.add_argument("--profile", help="py-spy (on PATH) the gateway: collapsed stacks")
     parser.add_argument("--keep", action="store_true", help="keep the logs directory")
     args = parser.parse_args()
     args.nodes = 1
-    bench = ApiBench(args)
-    try:
-        await bench.setup()
-        result = await bench.run()
-    finally:
-        await bench.teardown()
-    print(json.dumps(result))
+    await measure(ApiBench(args))
 
 
 if __name__ == "__main__":

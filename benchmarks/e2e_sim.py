@@ -40,16 +40,12 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 import httpx
+from common import percentile
 
 from jobgate.localnet import free_port, redis_server_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class Bench:
@@ -283,6 +279,26 @@ class Bench:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def add_pg_argument(parser: argparse.ArgumentParser) -> None:
+    """--pg: the PostgreSQL admin URL the benchmark makes its database with."""
+    parser.add_argument(
+        "--pg",
+        default=os.environ.get(
+            "JOBGATE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+
+
+async def measure(bench: Bench) -> None:
+    """Set *bench* up, run it, tear it down; print its result as the JSON last line."""
+    try:
+        await bench.setup()
+        result = await bench.run()
+    finally:
+        await bench.teardown()
+    print(json.dumps(result))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -292,22 +308,11 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--stream", type=int, default=0, help="then N more, submitted live")
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument(
-        "--pg",
-        default=os.environ.get(
-            "JOBGATE_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    add_pg_argument(parser)
     parser.add_argument("--keep", action="store_true", help="keep the logs directory")
     args = parser.parse_args()
-    bench = Bench(args)
-    try:
-        print(f"e2e_sim: {args.sessions} sessions onto {args.nodes} simulated nodes", flush=True)
-        await bench.setup()
-        result = await bench.run()
-    finally:
-        await bench.teardown()
-    print(json.dumps(result))
+    print(f"e2e_sim: {args.sessions} sessions onto {args.nodes} simulated nodes", flush=True)
+    await measure(Bench(args))
 
 
 if __name__ == "__main__":

@@ -149,20 +149,7 @@ def overhead_targets(
         found: dict[str, Any] = {"direct": (upstreams[0], (), None)}
         redis_url = bench.start_redis(procs, workdir)
         write_route(redis_url, upstreams)
-        port = free_port()
-        pid = procs.start(
-            [python, "-c", "from appproxy.server import serve; serve()"],
-            env={
-                "JOBGATE_PROXY_SECRET": bench.SECRET,
-                "JOBGATE_REDIS_URL": redis_url,
-                "JOBGATE_PROXY_PORT": str(port),
-                "JOBGATE_PROXY_WORKERS": str(args.workers),
-                "JOBGATE_GATEWAY_URL": "http://127.0.0.1:9",
-                "PYTHONPATH": str(ROOT),
-            },
-            cpus=args.proxy_cpus,
-        )
-        wait_port(port)
+        port, pid = bench.start_appproxy(procs, redis_url, args)
         wait_ready(redis_url, args.replicas)
         auth = (f"Authorization: Bearer {TOKEN}",)
         found["jobgate"] = (f"http://127.0.0.1:{port}/e/{NAME}", auth, pid)
@@ -557,14 +544,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="proxies on CPU 0, load generator and replicas on the others",
     )
-    args = parser.parse_args()
-    args.proxy_cpus = args.load_cpus = None
-    if args.isolate:
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < 2:
-            parser.error("--isolate needs at least two CPUs")
-        args.proxy_cpus, args.load_cpus = {cpus[0]}, set(cpus[1:])
-    return args
+    return bench.split_cpus(parser, parser.parse_args())
 
 
 def main() -> None:

@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import jobgate_up
+
 from jobgate.client import Client
-from jobgate.localnet import free_port
 from jobgate.profile import Profile
 from jobgate.transfer import Item, download, upload
 
@@ -119,22 +120,10 @@ def timed_cp(source: Path, target: Path) -> float:
 
 
 def start_up(root: Path) -> tuple[subprocess.Popen[bytes], Client, Path]:
-    data, port = root / "data", free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
-    env["JOBGATE_FOLDERS_ROOT"] = str(root / "folders")  # same disk as the file and cp
-    argv = [sys.executable, "-m", "jobgate", "up", "--data-dir", str(data), "--port", str(port)]
-    argv += ["--proxy-port", str(free_port()), "--runtime", "process"]
-    log_path = root / "up.log"
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while "ready." not in log_path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"jobgate up failed:\n{log_path.read_text(errors='replace')}")
-        time.sleep(0.2)
-    key = (data / "admin.key").read_text().strip()
+    folders = str(root / "folders")  # same disk as the file and cp
+    proc, port, key = jobgate_up(root, {"JOBGATE_FOLDERS_ROOT": folders})
     client = Client(Profile(url=f"http://127.0.0.1:{port}", api_key=key), timeout=120)
-    return proc, client, data
+    return proc, client, root / "data"
 
 
 def main() -> None:

@@ -31,8 +31,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-
-from jobgate.localnet import free_port
+from common import jobgate_up, percentile
 
 TARGET_S = 1.0
 PUSH = Path(__file__).resolve().parents[1] / "tests" / "hook_samples" / "github_push.json"
@@ -43,26 +42,8 @@ def log(message: str) -> None:
 
 
 def start_up(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
-    env["JOBGATE_CONFIG"] = str(root / "config.toml")
-    port = free_port()
-    argv = [sys.executable, "-m", "jobgate", "up", "--data-dir", str(root / "data")]
-    argv += ["--port", str(port), "--proxy-port", str(free_port()), "--runtime", "process"]
-    log_path = root / "up.log"
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while "ready." not in log_path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"jobgate up did not start:\n{log_path.read_text()}")
-        time.sleep(0.2)
-    key = (root / "data" / "admin.key").read_text().strip()
+    proc, port, key = jobgate_up(root, {"JOBGATE_CONFIG": str(root / "config.toml")})
     return proc, f"http://127.0.0.1:{port}", key
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

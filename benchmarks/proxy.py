@@ -249,6 +249,25 @@ def start_redis(procs: Processes, workdir: Path) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
+def start_appproxy(procs: Processes, redis_url: str, args: argparse.Namespace) -> tuple[int, int]:
+    """Start jobgate's app proxy (``args.workers`` workers on ``args.proxy_cpus``): port, pid."""
+    port = free_port()
+    pid = procs.start(
+        [sys.executable, "-c", "from appproxy.server import serve; serve()"],
+        env={
+            "JOBGATE_PROXY_SECRET": SECRET,
+            "JOBGATE_REDIS_URL": redis_url,
+            "JOBGATE_PROXY_PORT": str(port),
+            "JOBGATE_PROXY_WORKERS": str(args.workers),
+            "JOBGATE_GATEWAY_URL": "http://127.0.0.1:9",
+            "PYTHONPATH": str(ROOT),
+        },
+        cpus=args.proxy_cpus,
+    )
+    wait_port(port)
+    return port, pid
+
+
 def jobgate_route_and_cookie(redis_url: str, upstream: str) -> str:
     from redis.asyncio import Redis
 
@@ -410,20 +429,7 @@ def targets(args: argparse.Namespace, tools: dict[str, str | None]) -> Iterator[
         found: dict[str, Any] = {"direct": (f"http://127.0.0.1:{up}", None, pid)}
         redis_url = start_redis(procs, workdir)
         cookie = jobgate_route_and_cookie(redis_url, f"http://127.0.0.1:{up}")
-        port = free_port()
-        pid = procs.start(
-            [python, "-c", "from appproxy.server import serve; serve()"],
-            env={
-                "JOBGATE_PROXY_SECRET": SECRET,
-                "JOBGATE_REDIS_URL": redis_url,
-                "JOBGATE_PROXY_PORT": str(port),
-                "JOBGATE_PROXY_WORKERS": str(args.workers),
-                "JOBGATE_GATEWAY_URL": "http://127.0.0.1:9",
-                "PYTHONPATH": str(ROOT),
-            },
-            cpus=args.proxy_cpus,
-        )
-        wait_port(port)
+        port, pid = start_appproxy(procs, redis_url, args)
         found["jobgate"] = (f"http://127.0.0.1:{port}/s/{SESSION}/echo", cookie, pid)
         if tools["nginx"]:
             port = free_port()
@@ -507,6 +513,17 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str) -> float
     return round(a[key] / b[key], 3) if a and b and b.get(key) else None
 
 
+def split_cpus(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Set ``args.proxy_cpus`` / ``args.load_cpus``: CPU 0 / the rest with --isolate, else None."""
+    args.proxy_cpus = args.load_cpus = None
+    if args.isolate:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--isolate needs at least two CPUs")
+        args.proxy_cpus, args.load_cpus = {cpus[0]}, set(cpus[1:])
+    return args
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=int, default=5, help="seconds per measurement")
@@ -531,14 +548,7 @@ def parse_args() -> argparse.Namespace:
         "a proxy competes with nobody (as on its own host); without it all share every CPU",
     )
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    args.proxy_cpus = args.load_cpus = None
-    if args.isolate:
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < 2:
-            parser.error("--isolate needs at least two CPUs")
-        args.proxy_cpus, args.load_cpus = {cpus[0]}, set(cpus[1:])
-    return args
+    return split_cpus(parser, parser.parse_args())
 
 
 def main() -> None:

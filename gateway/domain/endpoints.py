@@ -15,9 +15,8 @@ from pydantic import Field, field_validator, model_validator
 from contract.blobs import DIGEST_PATTERN
 from contract.endpoints import ENDPOINT_NAME_PATTERN, Probe, valid_endpoint_name
 from gateway.domain.autoscale import AutoscaleSettings
-from gateway.domain.requests import NAME_PATTERN, Input
+from gateway.domain.requests import NAME_PATTERN, Arguments, Environment, ImageReference, Input
 from gateway.domain.rollout import RolloutSettings
-from gateway.domain.validation import ENV_NAME, valid_image_reference
 
 __all__ = [
     "EndpointCreate",
@@ -33,13 +32,15 @@ __all__ = [
 class RevisionSpec(Input):
     """What each replica runs: one revision of the endpoint."""
 
-    image: str | None = Field(default=None, description="image reference (runtime default)")
-    command: list[str] = Field(default_factory=list, max_length=4096)
+    image: ImageReference | None = Field(
+        default=None, description="image reference (runtime default)"
+    )
+    command: Arguments = Field(default_factory=list)
     port: int = Field(ge=1, le=65535, description="the port the server listens on")
     resources: dict[str, str | int | float] = Field(
         default_factory=dict, description='per replica, e.g. {"cpu": "1", "cuda.shares": "0.5"}'
     )
-    env: dict[str, str] = Field(default_factory=dict)
+    env: Environment = Field(default_factory=dict)
     working_dir: str | None = Field(
         default=None, pattern=DIGEST_PATTERN, description="sha256:<hex> of an uploaded tar"
     )
@@ -47,30 +48,11 @@ class RevisionSpec(Input):
     probe: Probe = Field(default_factory=Probe, description="the readiness probe")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
 
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        if value is not None and not valid_image_reference(value):
-            raise ValueError(f"not an image reference: {value!r}")
-        return value
-
     @field_validator("command")
     @classmethod
     def _command(cls, value: list[str]) -> list[str]:
-        if any("\x00" in arg for arg in value):
-            raise ValueError("arguments must not contain NUL bytes")
         if value and not value[0].strip():
             raise ValueError("the command's first word is empty")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, item in value.items():
-            if not ENV_NAME.match(key):
-                raise ValueError(f"not an environment variable name: {key!r}")
-            if "\x00" in item:
-                raise ValueError(f"value of {key} contains a NUL byte")
         return value
 
     @field_validator("probe")

@@ -8,19 +8,41 @@ typo such as ``comand`` is a 422 naming the field, never a silently ignored opti
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from contract.blobs import DIGEST_PATTERN
 from contract.cluster import ClusterMode, StopWhen
 from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN
-from gateway.domain.validation import ENV_NAME, parse_start, valid_image_reference
+from gateway.domain.validation import check_arguments, check_env, check_image, parse_start
 
-__all__ = ["NAME_PATTERN", "FolderMount", "Input", "MountSpec", "SessionCreate", "SessionType"]
+__all__ = [
+    "NAME_PATTERN",
+    "Arguments",
+    "Environment",
+    "FolderMount",
+    "ImageReference",
+    "Input",
+    "MountSpec",
+    "SessionCreate",
+    "SessionType",
+]
 
 SessionType = Literal["batch", "interactive"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+# what sessions and endpoint revisions both run: checked alike wherever they are sent
+ImageReference = Annotated[str, AfterValidator(check_image)]
+Arguments = Annotated[list[str], Field(max_length=4096), AfterValidator(check_arguments)]
+Environment = Annotated[dict[str, str], AfterValidator(check_env)]
 
 
 class Input(BaseModel):
@@ -72,11 +94,11 @@ class SessionCreate(Input):
 
     type: SessionType = "batch"
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
-    image: str | None = Field(
+    image: ImageReference | None = Field(
         default=None, description="image reference; runtime default if absent"
     )
-    command: list[str] = Field(default_factory=list, max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict)
+    command: Arguments = Field(default_factory=list)
+    env: Environment = Field(default_factory=dict)
     workdir: str | None = Field(default=None, max_length=1024, pattern=r"^/[^\x00]*$")
     working_dir: str | None = Field(
         default=None,
@@ -156,30 +178,6 @@ class SessionCreate(Input):
             raise ValueError("a cluster mode needs cluster_size of 2 or more")
         if value is None and size > 1:
             raise ValueError(f"cluster_size {size} needs a cluster_mode: single-node or multi-node")
-        return value
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str | None) -> str | None:
-        if value is not None and not valid_image_reference(value):
-            raise ValueError(f"not an image reference: {value!r}")
-        return value
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: list[str]) -> list[str]:
-        if any("\x00" in arg for arg in value):
-            raise ValueError("arguments must not contain NUL bytes")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, item in value.items():
-            if not ENV_NAME.match(key):
-                raise ValueError(f"not an environment variable name: {key!r}")
-            if "\x00" in item:
-                raise ValueError(f"value of {key} contains a NUL byte")
         return value
 
     @field_validator("workdir", mode="before")  # before the pattern: a clearer message

@@ -1,8 +1,8 @@
 """Input rules of the domain: image references, env names, start times, mount roots.
 
 The request models (``gateway.domain.requests``, re-exported by ``gateway.api.schemas``)
-and
-the services use them; they raise nothing framework-specific.
+and the services use them; they raise nothing framework-specific (``check_*``: ValueError,
+which pydantic reports on the field).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 __all__ = [
     "ENV_NAME",
+    "check_arguments",
+    "check_env",
+    "check_image",
     "parse_delay",
     "parse_start",
     "valid_image_reference",
@@ -34,6 +37,30 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def valid_image_reference(ref: str) -> bool:
     """``[registry[:port]/]name[/name...][:tag][@digest]``, as Docker and Podman read it."""
     return len(ref) <= 255 and bool(_IMAGE.match(ref))
+
+
+def check_image(value: str) -> str:
+    """*value* if it is an image reference (else ValueError)."""
+    if not valid_image_reference(value):
+        raise ValueError(f"not an image reference: {value!r}")
+    return value
+
+
+def check_arguments(value: list[str]) -> list[str]:
+    """*value* if no argument holds a NUL byte (else ValueError)."""
+    if any("\x00" in arg for arg in value):
+        raise ValueError("arguments must not contain NUL bytes")
+    return value
+
+
+def check_env(value: dict[str, str]) -> dict[str, str]:
+    """*value* if its keys are variable names and no value holds a NUL byte (else ValueError)."""
+    for key, item in value.items():
+        if not ENV_NAME.match(key):
+            raise ValueError(f"not an environment variable name: {key!r}")
+        if "\x00" in item:
+            raise ValueError(f"value of {key} contains a NUL byte")
+    return value
 
 
 def parse_delay(text: str) -> timedelta | None:

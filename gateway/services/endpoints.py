@@ -56,6 +56,7 @@ from gateway.domain.status import TERMINAL
 from gateway.endpoints.observe import Load, read_health, read_load
 from gateway.lifecycle import begin_termination
 from gateway.outbox import Outbox
+from gateway.services.idempotency import replayed
 from gateway.services.sessions import SessionService
 
 __all__ = ["EndpointDetails", "EndpointService", "IssuedToken", "ReplicaView"]
@@ -110,7 +111,7 @@ class EndpointService:
         try:
             async with self.db() as db, db.begin():
                 if idempotency_key:
-                    replay = await self._replay(db, principal, idempotency_key, digest)
+                    replay = await replayed(db, Endpoint, principal, idempotency_key, digest)
                     if replay is not None:
                         return replay, False
                 await self._check_name(db, body.name)
@@ -140,30 +141,13 @@ class EndpointService:
         except IntegrityError:
             async with self.db() as db:
                 if idempotency_key:
-                    replay = await self._replay(db, principal, idempotency_key, digest)
+                    replay = await replayed(db, Endpoint, principal, idempotency_key, digest)
                     if replay is not None:
                         return replay, False
                 await self._check_name(db, body.name)
             raise
         await self._poke(endpoint.id)
         return endpoint, True
-
-    async def _replay(
-        self, db: AsyncSession, principal: Principal, key: str, digest: str
-    ) -> Endpoint | None:
-        row = (
-            await db.execute(
-                select(Endpoint).where(
-                    Endpoint.owner_id == principal.user_id, Endpoint.idempotency_key == key
-                )
-            )
-        ).scalar_one_or_none()
-        if row is not None and row.request_hash != digest:
-            raise Invalid(
-                "this Idempotency-Key was already used for a different request",
-                field="Idempotency-Key",
-            )
-        return row
 
     async def _check_name(self, db: AsyncSession, name: str) -> None:
         taken = (

@@ -55,6 +55,7 @@ from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.scheduler.snapshot import group_config
 from gateway.services.blobs import BlobStore
 from gateway.services.folders import FolderService
+from gateway.services.idempotency import replayed
 from gateway.services.session_writer import NewSessions, SessionWriter
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
@@ -118,7 +119,7 @@ class SessionService:
         try:
             async with self.db() as db:  # reads (most are cached): no transaction needed
                 if idempotency_key:
-                    replay = await self._replay(db, principal, idempotency_key, digest)
+                    replay = await replayed(db, Session, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
                 new, project = await self._prepare(db, principal, body, idempotency_key, digest)
@@ -128,7 +129,7 @@ class SessionService:
             # session; with the same name, say which live session has it
             async with self.db() as db, db.begin():
                 if idempotency_key:
-                    replay = await self._replay(db, principal, idempotency_key, digest)
+                    replay = await replayed(db, Session, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
                 await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
@@ -203,23 +204,6 @@ class SessionService:
                 f"no blob {body.working_dir}: upload it first (PUT /v1/blobs/{body.working_dir})",
                 field="working_dir",
             )
-
-    async def _replay(
-        self, db: AsyncSession, principal: Principal, key: str, digest: str
-    ) -> Session | None:
-        row = (
-            await db.execute(
-                select(Session).where(
-                    Session.owner_id == principal.user_id, Session.idempotency_key == key
-                )
-            )
-        ).scalar_one_or_none()
-        if row is not None and row.request_hash != digest:
-            raise Invalid(
-                "this Idempotency-Key was already used for a different request",
-                field="Idempotency-Key",
-            )
-        return row
 
     async def _resources(
         self, db: AsyncSession, raw: dict[str, str | int | float]

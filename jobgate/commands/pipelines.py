@@ -103,15 +103,8 @@ def templates_create(
         mem=mem,
         resources=resource,
         env=env,
-        name=None,
-        interactive=False,
-        mounts=[],
-        priority=None,
         resource_group=resource_group,
         project=project,
-        depends_on=[],
-        starts_at=None,
-        constraints=[],
     )
     params = []
     for item in param:

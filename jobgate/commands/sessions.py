@@ -273,13 +273,6 @@ def create(
         env=env,
         name=name,
         interactive=interactive,
-        mounts=[],
-        priority=None,
-        resource_group=None,
-        project=None,
-        depends_on=[],
-        starts_at=None,
-        constraints=[],
     )
     s = client().post("/v1/sessions", json=body)
     if output == Output.json:
