@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from contract.blobs import DIGEST_PATTERN
 from contract.endpoints import ENDPOINT_NAME_PATTERN, Probe, valid_endpoint_name
 from gateway.domain.autoscale import AutoscaleSettings
-from gateway.domain.requests import NAME_PATTERN, Input
+from gateway.domain.requests import NAME_PATTERN, FolderMount, Input
 from gateway.domain.rollout import RolloutSettings
 from gateway.domain.validation import ENV_NAME, valid_image_reference
 
@@ -46,6 +46,11 @@ class RevisionSpec(Input):
     resource_group: str = Field(default="default", pattern=NAME_PATTERN)
     probe: Probe = Field(default_factory=Probe, description="the readiness probe")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    folders: list[FolderMount] = Field(
+        default_factory=list,
+        max_length=32,
+        description="data folders (e.g. the model's) each replica mounts; no automount",
+    )
 
     @field_validator("image")
     @classmethod
@@ -109,6 +114,7 @@ class EndpointUpdate(Input):
     resource_group: str | None = Field(default=None, pattern=NAME_PATTERN)
     probe: Probe | None = None
     rollout: RolloutSettings | None = None
+    folders: list[FolderMount] | None = Field(default=None, max_length=32)
 
     def merged(self, current: dict[str, Any]) -> RevisionSpec:
         """The new revision's full spec (each given field checked as on create)."""
