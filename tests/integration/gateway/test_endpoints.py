@@ -440,11 +440,30 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
         assert r.status_code == 422, r.text
         assert "folders.0.name" in r.text
 
+        # an endpoint at zero holds nothing: the folder can go to the trash once demo's
+        # replica ended; the next replica then fails with the reason (no crash loop)
+        cold = {**BODY, "name": "cold", "folders": [{"name": "model"}]}
+        cold["autoscale"] = {"min_replicas": 0, "max_replicas": 1}
+        r = await api.post("/v1/endpoints", json=cold)
+        assert r.status_code == 201, r.text
         assert (await api.delete("/v1/endpoints/demo")).status_code == 202
-        gone = await eventually(
+        await eventually(
             lambda: _status_is(api, "/v1/folders/model", 200, method="DELETE"), timeout=30
         )
-        assert gone
+        redis = Redis.from_url(stack.redis_url)
+        try:
+            await redis.set(endpoint_wake_key(r.json()["id"]), str(time.time()), nx=True, ex=60)
+            await redis.publish(ENDPOINT_WAKE_CHANNEL, r.json()["id"])
+        finally:
+            await redis.aclose()
+
+        async def unavailable() -> dict[str, Any] | None:
+            e = await _show(api, "cold")
+            return e if e["status"] == "UNAVAILABLE" else None
+
+        e = await eventually(unavailable)
+        assert "data folder(s) 'model' in the trash or purged" in e["status_reason"]
+        assert [ev["kind"] for ev in e["events"]].count("replica-failed") == 1
 
 
 async def _status_is(api: httpx.AsyncClient, path: str, code: int, *, method: str) -> bool:
