@@ -33,6 +33,9 @@ class RevisionPublic(BaseModel):
     resource_group: str
     probe: Probe
     rollout: RolloutSettings
+    folders: list[dict[str, Any]] = Field(
+        default_factory=list, description="data folders each replica mounts: id, name, target"
+    )
     state: str = Field(description="active, or rolled-back (it never became ready)")
     reason: str
     created_by: str

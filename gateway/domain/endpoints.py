@@ -15,7 +15,14 @@ from pydantic import Field, field_validator, model_validator
 from contract.blobs import DIGEST_PATTERN
 from contract.endpoints import ENDPOINT_NAME_PATTERN, Probe, valid_endpoint_name
 from gateway.domain.autoscale import AutoscaleSettings
-from gateway.domain.requests import NAME_PATTERN, Arguments, Environment, ImageReference, Input
+from gateway.domain.requests import (
+    NAME_PATTERN,
+    Arguments,
+    Environment,
+    FolderMount,
+    ImageReference,
+    Input,
+)
 from gateway.domain.rollout import RolloutSettings
 
 __all__ = [
@@ -47,6 +54,11 @@ class RevisionSpec(Input):
     resource_group: str = Field(default="default", pattern=NAME_PATTERN)
     probe: Probe = Field(default_factory=Probe, description="the readiness probe")
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    folders: list[FolderMount] = Field(
+        default_factory=list,
+        max_length=32,
+        description="data folders (e.g. the model's) each replica mounts; no automount",
+    )
 
     @field_validator("command")
     @classmethod
@@ -91,6 +103,7 @@ class EndpointUpdate(Input):
     resource_group: str | None = Field(default=None, pattern=NAME_PATTERN)
     probe: Probe | None = None
     rollout: RolloutSettings | None = None
+    folders: list[FolderMount] | None = Field(default=None, max_length=32)
 
     def merged(self, current: dict[str, Any]) -> RevisionSpec:
         """The new revision's full spec (each given field checked as on create)."""

@@ -115,7 +115,7 @@ class EndpointService:
                     if replay is not None:
                         return replay, False
                 await self._check_name(db, body.name)
-                revision = await self._revision_values(db, principal, body)
+                revision = await self._revision_values(db, principal, principal, body)
                 now = await db_now(db)
                 endpoint = Endpoint(
                     id=new_id(),
@@ -159,9 +159,13 @@ class EndpointService:
             raise Conflict(f"the endpoint name {name!r} is taken", field="name")
 
     async def _revision_values(
-        self, db: AsyncSession, principal: Principal, spec: RevisionSpec
+        self, db: AsyncSession, principal: Principal, owner: Principal, spec: RevisionSpec
     ) -> dict[str, Any]:
-        """A revision's columns, checked as a session of its replicas would be."""
+        """A revision's columns, checked as a session of its replicas would be.
+
+        Its folders are resolved to ids under the endpoint's *owner* now (kept with the
+        command: ``{"argv": [...], "folders": [...]}``), so a later rename changes nothing.
+        """
         probe_body = SessionCreate(
             type="batch",
             image=spec.image,
@@ -172,9 +176,16 @@ class EndpointService:
             resource_group=spec.resource_group,
         )
         resources, image = await self.sessions.check_replica(db, probe_body)
+        command: dict[str, Any] = {"argv": list(spec.command)}
+        if spec.folders:
+            if self.sessions.folders is None:
+                raise Invalid("this gateway has no data folders", field="folders")
+            command["folders"] = await self.sessions.folders.mounts_for(
+                db, owner, spec.folders, automount=False
+            )
         return dict(
             image=image,
-            command={"argv": list(spec.command)},
+            command=command,
             port=spec.port,
             resources=resources.to_json(),
             env=dict(spec.env),
@@ -295,7 +306,7 @@ class EndpointService:
                 error = exc.errors()[0]
                 where = ".".join(str(p) for p in error["loc"])
                 raise Invalid(f"{where}: {error['msg']}", field=where) from None
-            values = await self._revision_values(db, principal, spec)
+            values = await self._revision_values(db, principal, await _owner(db, endpoint), spec)
             number = (
                 await db.execute(
                     select(func.max(EndpointRevision.number)).where(
@@ -456,6 +467,12 @@ def _event(
     )
 
 
+async def _owner(db: AsyncSession, endpoint: Endpoint) -> Principal:
+    user = await db.get(User, endpoint.owner_id)
+    assert user is not None
+    return Principal(user_id=user.id, name=user.name, role=user.role)
+
+
 def _spec_of(revision: EndpointRevision) -> dict[str, Any]:
     return {
         "image": revision.image,
@@ -467,6 +484,10 @@ def _spec_of(revision: EndpointRevision) -> dict[str, Any]:
         "resource_group": revision.resource_group,
         "probe": dict(revision.probe),
         "rollout": dict(revision.rollout),
+        "folders": [  # by id: what was resolved when the revision was made
+            {"name": f["id"], "target": f["target"], "read_only": f["read_only"]}
+            for f in revision.command.get("folders", [])
+        ],
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,7 +12,20 @@ from rich.markup import escape
 
 from jobgate.client import ApiError, Client
 from jobgate.commands.common import OutputOpt, client, parse_pairs
-from jobgate.commands.run import CommandArg, EnvOpt, ImageOpt, ResourceOpt, follow_session
+from jobgate.commands.run import (
+    CommandArg,
+    EnvOpt,
+    ImageOpt,
+    ResourceOpt,
+    folder_mount,
+    follow_session,
+)
+from jobgate.mlflow_models import (
+    MODEL_SERVER_HEALTH,
+    MODEL_SERVER_IMAGE,
+    MODEL_SERVER_PORT,
+    model_env,
+)
 from jobgate.render import Output, age, out, print_json, stamp, table
 from jobgate.workdir import send_working_dir
 
@@ -33,7 +47,35 @@ ConcurrencyOpt = Annotated[
     float | None, typer.Option(help="Autoscale on requests in flight per replica.")
 ]
 RpsOpt = Annotated[float | None, typer.Option(help="Autoscale on requests/s per replica.")]
-HealthOpt = Annotated[str, typer.Option(help="Readiness probe path (GET, 2xx/3xx is ready).")]
+HealthOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Readiness probe path (GET, 2xx/3xx is ready; default /, /ping with --mlflow-model)."
+    ),
+]
+FolderOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--folder",
+        help="Data folder NAME[:/TARGET][:ro] in every replica (default target "
+        "/home/work/NAME); repeatable.",
+    ),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mlflow-model",
+        help="Serve this MLflow model (models:/NAME/VERSION, models:/NAME@alias, "
+        f"runs:/RUN_ID/path) on {MODEL_SERVER_IMAGE} (or --image), port {MODEL_SERVER_PORT}.",
+    ),
+]
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        help="The MLflow tracking server as replicas reach it (default: $MLFLOW_TRACKING_URI).",
+    ),
+]
 WorkdirOpt = Annotated[
     Path | None,
     typer.Option("--working-dir", help="Pack this directory; replicas start inside a copy."),
@@ -72,6 +114,7 @@ def _revision_body(
     env: list[str],
     health_path: str,
     working_dir: Path | None,
+    folders: list[str],
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "port": port,
@@ -80,6 +123,8 @@ def _revision_body(
         "env": parse_pairs(env, "--env"),
         "probe": {"path": health_path},
     }
+    if folders:
+        body["folders"] = [folder_mount(f) for f in folders]
     if image is not None:
         body["image"] = image
     if working_dir is not None:
@@ -125,7 +170,7 @@ def _ready(e: dict[str, Any]) -> str:
 @app.command("create")
 def create(
     name: NameArg,
-    port: PortOpt = 8000,
+    port: PortOpt = MODEL_SERVER_PORT,
     command: CommandArg = None,
     image: ImageOpt = None,
     resource: ResourceOpt = [],  # noqa: B006
@@ -135,21 +180,39 @@ def create(
     max_: MaxOpt = None,
     target_concurrency: ConcurrencyOpt = None,
     target_rps: RpsOpt = None,
-    health_path: HealthOpt = "/",
+    health_path: HealthOpt = None,
     public: Annotated[bool, typer.Option(help="Callable without a token.")] = False,
     working_dir: WorkdirOpt = None,
+    folder: FolderOpt = [],  # noqa: B006
+    mlflow_model: ModelOpt = None,
+    tracking_uri: TrackingOpt = None,
     wait: WaitOpt = False,
     timeout: TimeoutOpt = 120.0,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create an endpoint; its URL is the last line printed."""
+    extra_env: dict[str, str] = {}
+    if tracking_uri is not None and mlflow_model is None:
+        raise ApiError(0, "Usage", "--tracking-uri goes with --mlflow-model")
+    if mlflow_model is not None:
+        try:
+            extra_env = model_env(
+                mlflow_model, tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+            )
+        except ValueError as exc:
+            raise ApiError(0, "Usage", str(exc)) from None
+        image = image or MODEL_SERVER_IMAGE
+        health_path = health_path or MODEL_SERVER_HEALTH
     api = client()
     scale = _scale_body(replicas, min_, max_, target_concurrency, target_rps)
     if "min_replicas" in scale and "max_replicas" not in scale:
         scale["max_replicas"] = max(scale["min_replicas"], 1)
     if "max_replicas" in scale and "min_replicas" not in scale:
         scale["min_replicas"] = 1
-    body = _revision_body(api, command, image, port, resource, env, health_path, working_dir)
+    body = _revision_body(
+        api, command, image, port, resource, env, health_path or "/", working_dir, folder
+    )
+    body["env"] = extra_env | body["env"]
     body |= {"name": name, "public": public, "autoscale": scale}
     e = api.post("/v1/endpoints", json=body)
     if wait:
@@ -275,6 +338,13 @@ def update(
     env: EnvOpt = [],  # noqa: B006
     health_path: Annotated[str | None, typer.Option(help="A new probe path.")] = None,
     working_dir: WorkdirOpt = None,
+    folder: Annotated[
+        list[str],
+        typer.Option(
+            "--folder",
+            help="Data folder NAME[:/TARGET][:ro]; repeatable; replaces the revision's folders.",
+        ),
+    ] = [],  # noqa: B006
     wait: WaitOpt = False,
     timeout: TimeoutOpt = 120.0,
     output: OutputOpt = Output.table,
@@ -289,6 +359,8 @@ def update(
         body["image"] = image
     if port is not None:
         body["port"] = port
+    if folder:
+        body["folders"] = [folder_mount(f) for f in folder]
     if resource or env or health_path:
         cur = api.get(f"/v1/endpoints/{name}")["current"]
         if resource:

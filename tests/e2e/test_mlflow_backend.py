@@ -224,6 +224,41 @@ def test_mlflow_run_submits_a_session_whose_run_gets_params_metrics_tags_and_its
     assert model["latest_versions"][0]["run_id"] == run_id
 
 
+def test_the_registered_model_served_as_an_endpoint_answers_predictions(world: World) -> None:
+    """``endpoints create --mlflow-model``: the model the first test registered, fetched
+    from the tracking server by the replica when it starts, answers through the URL."""
+    inside = json.loads(world.config.read_text())["tracking_uri"]  # 10.0.2.2:PORT
+    bad = world.stack.cli("endpoints", "create", "iris", "--mlflow-model", "models:/iris-enet")
+    assert bad.returncode != 0
+    assert bad.stderr.startswith("error: --mlflow-model takes models:/NAME/VERSION")
+    made = world.stack.cli(
+        "endpoints", "create", "iris", "--mlflow-model", "models:/iris-enet/1",
+        "--wait", "--timeout", "150", "--output", "json",
+        env={"MLFLOW_TRACKING_URI": inside}, timeout=180, check=True,
+    )  # fmt: skip
+    endpoint = json.loads(made.stdout)
+    current = endpoint["current"]
+    assert (current["image"], current["port"]) == ("localhost/jobgate-model-server:latest", 8000)
+    assert current["probe"]["path"] == "/ping"
+    assert current["env"] == {
+        "MLFLOW_MODEL_URI": "models:/iris-enet/1",
+        "MLFLOW_TRACKING_URI": inside,
+    }
+    token = world.stack.cli("endpoints", "tokens", "create", "iris", check=True)
+    key = token.stdout.strip().splitlines()[-1]
+    answer = httpx.post(
+        endpoint["url"] + "invocations",
+        json={"inputs": [[5.1, 3.5, 1.4]]},  # the model's three features (its signature)
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    (predicted,) = answer.json()["predictions"]
+    assert -0.2 < predicted < 0.7  # a setosa's petal width is about 0.2
+    assert httpx.post(endpoint["url"] + "invocations", json={}, timeout=30).status_code == 401
+    world.stack.cli("endpoints", "rm", "iris", check=True)
+
+
 def test_a_failing_entry_point_waited_on_gives_a_failed_run_with_the_reason_in_its_log(
     world: World,
 ) -> None:

@@ -58,6 +58,7 @@ def _revision(r: EndpointRevision) -> RevisionPublic:
         resource_group=r.resource_group,
         probe=Probe.model_validate(r.probe),
         rollout=RolloutSettings.model_validate(r.rollout),
+        folders=list(r.command.get("folders", [])),
         state=r.state,
         reason=r.reason,
         created_by=r.created_by,

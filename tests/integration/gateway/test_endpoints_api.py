@@ -385,3 +385,86 @@ async def test_one_leader_at_a_time(redis_url: str) -> None:
         assert not await a.acquire()
     finally:
         await redis.aclose()
+
+
+async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stack: Stack) -> None:
+    """A model folder: the revision holds it by id, each replica session mounts it (and
+    none of the owner's automount folders), and it cannot be removed while replicas live."""
+    alice = await stack.create_user("alice")
+    bob = await stack.create_user("bob")
+    async with stack.client(alice) as api, stack.client(bob) as other:
+        made = await api.post("/v1/folders", json={"name": "model", "usage": "model"})
+        assert made.status_code == 201, made.text
+        fid = made.json()["id"]
+        assert (await api.post("/v1/folders", json={"name": ".cache"})).status_code == 201
+        assert (await other.post("/v1/folders", json={"name": "secret"})).status_code == 201
+
+        for folders, field in [
+            ([{"name": "secret"}], "folders.0.name"),  # bob's, not shared: not there for alice
+            ([{"name": "nope"}], "folders.0.name"),
+            ([{"name": "model", "target": "relative"}], "folders"),
+            ([{"name": "model"}, {"name": "model"}], "folders.1.target"),
+        ]:
+            r = await api.post("/v1/endpoints", json={**BODY, "folders": folders})
+            assert r.status_code == 422, r.text
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert field in r.text, (field, r.text)
+        assert (await api.get("/v1/endpoints")).json() == []
+
+        body = {**BODY, "folders": [{"name": "model", "target": "/models", "read_only": True}]}
+        r = await api.post("/v1/endpoints", json=body)
+        assert r.status_code == 201, r.text
+        assert [(f["id"], f["target"], f["read_only"]) for f in r.json()["current"]["folders"]] == [
+            (fid, "/models", True)
+        ]
+
+        async def replica() -> str | None:
+            e = await _show(api, "demo")
+            return e["replicas"][0]["session_id"] if e["replicas"] else None
+
+        sid = await eventually(replica)
+        session = (await api.get(f"/v1/sessions/{sid}")).json()
+        assert [(f["id"], f["name"], f["target"], f["read_only"]) for f in session["folders"]] == [
+            (fid, "model", "/models", True)
+        ]  # and not alice's .cache: replicas do not automount
+
+        busy = await api.delete("/v1/folders/model")
+        assert busy.status_code == 409, busy.text
+        assert sid in busy.text
+
+        # a new revision keeps the folder it resolved (by id), unless told otherwise
+        r = await api.post("/v1/endpoints/demo/revisions", json={"env": {"V": "2"}})
+        assert r.status_code == 200, r.text
+        assert [f["id"] for f in r.json()["current"]["folders"]] == [fid]
+        r = await api.post("/v1/endpoints/demo/revisions", json={"folders": [{"name": "secret"}]})
+        assert r.status_code == 422, r.text
+        assert "folders.0.name" in r.text
+
+        # an endpoint at zero holds nothing: the folder can go to the trash once demo's
+        # replica ended; the next replica then fails with the reason (no crash loop)
+        cold = {**BODY, "name": "cold", "folders": [{"name": "model"}]}
+        cold["autoscale"] = {"min_replicas": 0, "max_replicas": 1}
+        r = await api.post("/v1/endpoints", json=cold)
+        assert r.status_code == 201, r.text
+        assert (await api.delete("/v1/endpoints/demo")).status_code == 202
+        await eventually(
+            lambda: _status_is(api, "/v1/folders/model", 200, method="DELETE"), timeout=30
+        )
+        redis = Redis.from_url(stack.redis_url)
+        try:
+            await redis.set(endpoint_wake_key(r.json()["id"]), str(time.time()), nx=True, ex=60)
+            await redis.publish(ENDPOINT_WAKE_CHANNEL, r.json()["id"])
+        finally:
+            await redis.aclose()
+
+        async def unavailable() -> dict[str, Any] | None:
+            e = await _show(api, "cold")
+            return e if e["status"] == "UNAVAILABLE" else None
+
+        e = await eventually(unavailable)
+        assert "data folder(s) 'model' in the trash or purged" in e["status_reason"]
+        assert [ev["kind"] for ev in e["events"]].count("replica-failed") == 1
+
+
+async def _status_is(api: httpx.AsyncClient, path: str, code: int, *, method: str) -> bool:
+    return (await api.request(method, path)).status_code == code

@@ -108,3 +108,29 @@ def test_every_client_command_takes_output_json(leaf: Leaf) -> None:
     (output,) = [p for p in leaf.params() if p.name == "output"]
     assert "--output" in output.opts
     assert output.metavar == "table|json"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--mlflow-model", "models:/m"], "http://h:5000", "--mlflow-model takes models:/NAME/"),
+        (["--mlflow-model", "models:/m/1"], None, "--mlflow-model needs a tracking server"),
+        (["--tracking-uri", "http://h:5000"], None, "--tracking-uri goes with --mlflow-model"),
+    ],
+)
+def test_endpoint_from_an_mlflow_model_is_refused_before_any_call(
+    no_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    env: str | None,
+    says: str,
+) -> None:
+    if env is None:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", env)
+    result = run_cli(capsys, "endpoints", "create", "iris", *args)
+    assert result.code == 2
+    assert result.err.startswith(f"error: {says}"), result.err
+    assert len(result.err.strip().splitlines()) == 1

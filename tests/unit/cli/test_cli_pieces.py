@@ -7,6 +7,7 @@ import typer
 
 from jobgate.client import iter_sse
 from jobgate.commands.run import EXIT_CANCELLED, EXIT_ERROR, _exit_code, build_request
+from jobgate.mlflow_models import model_env, valid_model_uri
 
 
 def test_sse_frames_keepalives_and_multiline_data() -> None:
@@ -94,3 +95,38 @@ def test_bad_flags_are_usage_errors() -> None:
 )
 def test_exit_codes(end: dict[str, object], code: int) -> None:
     assert _exit_code(end, cancelled_by_us=False) == code
+
+
+@pytest.mark.parametrize(
+    ("uri", "ok"),
+    [
+        ("models:/iris-enet/1", True),
+        ("models:/iris-enet/latest", True),
+        ("models:/iris-enet@champion", True),
+        ("models:/iris enet@champion", False),  # no white space
+        ("runs:/" + "a" * 32 + "/model", True),
+        ("models:/iris-enet", False),  # no version
+        ("models:/iris-enet/one", False),
+        ("models:/iris-enet@", False),
+        ("runs:/nothex/model", False),
+        ("runs:/" + "a" * 32 + "/", False),
+        ("runs:/" + "a" * 32 + "/../secrets", False),
+        ("s3://bucket/model", False),
+        ("", False),
+    ],
+)
+def test_mlflow_model_uri_shapes(uri: str, ok: bool) -> None:
+    assert valid_model_uri(uri) is ok
+
+
+def test_mlflow_model_env_needs_a_tracking_server() -> None:
+    assert model_env("models:/m/2", "http://10.0.2.2:5000") == {
+        "MLFLOW_MODEL_URI": "models:/m/2",
+        "MLFLOW_TRACKING_URI": "http://10.0.2.2:5000",
+    }
+    with pytest.raises(ValueError, match="needs a tracking server"):
+        model_env("models:/m/2", None)
+    with pytest.raises(ValueError, match="--tracking-uri takes a URL"):
+        model_env("models:/m/2", "not a url")
+    with pytest.raises(ValueError, match="--mlflow-model takes"):
+        model_env("models:/m", "http://h:5000")
