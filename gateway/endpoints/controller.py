@@ -52,7 +52,9 @@ from gateway.db.models import (
     Kernel,
     Node,
     Session,
+    WebhookEvent,
 )
+from gateway.db.transitions import event_row
 from gateway.domain.autoscale import AutoscaleSettings, Sample, ScaleState, decide
 from gateway.domain.rollout import Replica, RolloutSettings, status, step
 from gateway.domain.status import TERMINAL
@@ -65,6 +67,8 @@ from gateway.outbox import Outbox
 __all__ = ["EndpointController", "backoff_s"]
 
 log = logging.getLogger(__name__)
+#: the statuses an ``endpoint.degraded`` webhook announces (once, on the way in)
+_TROUBLE = frozenset({"DEGRADED", "UNAVAILABLE"})
 TICK_S = 1.0
 LIVE = [str(s) for s in ("PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING")]
 BACKOFF_MAX_S = 300.0
@@ -380,6 +384,13 @@ class EndpointController:
             why += f" (next replica in {(ep.retry_at - t.now).total_seconds():.0f}s)"
         if word != ep.status:
             t.record("status", f"{ep.status} → {word}: {why}", {"desired": desired})
+            if word in _TROUBLE and ep.status not in _TROUBLE:  # webhooks: endpoint.degraded
+                data = {"endpoint": ep.name, "status": word, "reason": why, "was": ep.status}
+                t.db.add(
+                    WebhookEvent(
+                        **event_row("endpoint.degraded", t.now, owner_id=ep.owner_id, data=data)
+                    )
+                )
         if word != ep.status or why != ep.status_reason:
             ep.status, ep.status_reason, ep.updated_at = word, why, t.now
 

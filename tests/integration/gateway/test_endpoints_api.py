@@ -27,7 +27,7 @@ from contract.keys import (
     endpoint_wake_key,
 )
 from gateway.db.engine import create_engine, create_session_factory
-from gateway.db.models import Endpoint, Kernel, Node, Session
+from gateway.db.models import Endpoint, Kernel, Node, Session, WebhookEvent
 from gateway.endpoints.leader import Leader
 
 BODY = {"name": "demo", "port": 8000, "command": ["serve"], "resources": {"cpu": "0.1"}}
@@ -257,6 +257,18 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
             e = await eventually(degraded)
             assert "replica 1" in e["status_reason"]
             assert "HTTP 500 from /ping" in e["status_reason"]
+            # ... and says so once to the owner's webhooks (the outbox row the deliverer sends)
+            async with cluster.db() as db:
+                told = (
+                    (
+                        await db.execute(
+                            select(WebhookEvent).where(WebhookEvent.type == "endpoint.degraded")
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
+            assert [(w.data["endpoint"], w.data["status"]) for w in told] == [("demo", "DEGRADED")]
 
             # it dies: the controller notes why and starts a replacement (after backoff)
             await cluster.end(first[1], "FAILED", "exited with 137")
