@@ -75,4 +75,22 @@ def unavailable(exc: BaseException) -> bool:
     about the statement or the data (a constraint, a type) are not."""
     if isinstance(exc, IntegrityError | DataError | ProgrammingError):
         return False
+    if isinstance(exc, DBAPIError) and _about_the_data(exc):
+        return False
     return isinstance(exc, DBAPIError | RedisError | OSError)
+
+
+def _about_the_data(exc: BaseException) -> bool:
+    """A driver error about a value (asyncpg's DataError for an integer out of range
+    reaches SQLAlchemy as a bare DBAPIError): found in the chain of causes."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        seen = getattr(seen, "orig", None) or (seen.__cause__ if seen else None)
+        if seen is None:
+            return False
+        if isinstance(seen, OverflowError | ValueError) or type(seen).__name__ in _DATA_ERRORS:
+            return True
+    return False
+
+
+_DATA_ERRORS = frozenset({"DataError", "IntegrityError", "ProgrammingError"})

@@ -139,7 +139,9 @@ class SessionCreate(Input):
     starts_at: datetime | timedelta | None = Field(
         default=None, description="ISO 8601 time or a delay such as +10m (database clock)"
     )
-    idle_timeout: int | None = Field(default=None, ge=60, description="seconds (interactive)")
+    idle_timeout: int | None = Field(
+        default=None, ge=60, le=2**31 - 1, description="seconds (interactive)"
+    )
     count: int | None = Field(
         default=None,
         ge=1,

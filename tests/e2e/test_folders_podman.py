@@ -144,6 +144,7 @@ def test_removal_refused_while_mounted_and_a_cluster_session_shares_one_folder(
     body = {
         "command": ["python3", "-c", script],
         "cluster_size": 2,
+        "cluster_mode": "single-node",
         "folders": [{"name": "shared"}],
     }
     key = tomllib.loads(stack.config.read_text())["api_key"]
@@ -156,7 +157,7 @@ def test_removal_refused_while_mounted_and_a_cluster_session_shares_one_folder(
     ended = stack.wait_status(cluster["id"], {"SUCCEEDED", "FAILED", "ERROR"}, timeout=120)
     assert ended["status"] == "SUCCEEDED", ended["status_reason"]
     assert len({k["node"] for k in ended["kernels"]}) == 1
-    logs = stack.cli("sessions", "logs", cluster["id"], check=True).stdout
+    logs = stack.cli("sessions", "logs", cluster["id"], "--kernel", "all", check=True).stdout
     assert logs.count("read True") == 2
     files = {e["path"] for e in stack.cli_json("folders", "ls", "shared")}
     assert files == {k["id"] for k in ended["kernels"]}

@@ -33,8 +33,10 @@ Scope = Literal["user", "project"]
 
 
 class PolicySet(Input):
-    max_sessions: int | None = Field(default=None, ge=0, description="running at once")
-    max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
+    max_sessions: int | None = Field(
+        default=None, ge=0, le=2**31 - 1, description="running at once"
+    )
+    max_pending: int | None = Field(default=None, ge=0, le=2**31 - 1, description="waiting at once")
     max_slots: dict[str, str | int | float] | None = Field(
         default=None, description='total held, e.g. {"cpu": 16, "mem": "64g"}'
     )
@@ -75,8 +77,10 @@ def _check_slots(value: dict[str, str | int | float]) -> None:
 class PolicyPatch(Input):
     """Only the fields given change; ``null`` makes a limit unlimited."""
 
-    max_sessions: int | None = Field(default=None, ge=0, description="running at once")
-    max_pending: int | None = Field(default=None, ge=0, description="waiting at once")
+    max_sessions: int | None = Field(
+        default=None, ge=0, le=2**31 - 1, description="running at once"
+    )
+    max_pending: int | None = Field(default=None, ge=0, le=2**31 - 1, description="waiting at once")
     max_slots: dict[str, str | int | float | None] | None = Field(
         default=None, description='merged slot by slot, e.g. {"cpu": 16, "mem": null}'
     )
