@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from jobgate.profile import Profile
 
-__all__ = ["ApiError", "Client", "iter_sse"]
+__all__ = ["ApiError", "Client", "iter_sse", "segment"]
 
 
 class ApiError(Exception):
@@ -27,6 +28,12 @@ class ApiError(Exception):
 
     def __str__(self) -> str:
         return self.detail
+
+
+def segment(value: str) -> str:
+    """*value* as one URL path segment: a name with ``/``, ``?`` or ``#`` in it stays one
+    name (``show "a/tokens"`` must not reach another route)."""
+    return quote(value, safe="")
 
 
 def _raise_for(response: httpx.Response) -> None:

@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
-from urllib.parse import quote
 
-from jobgate.client import ApiError, Client
+from jobgate.client import ApiError, Client, segment
 
 __all__ = ["FORMAT", "SECTIONS", "VERSION", "ConfigError", "Outcome", "export", "import_"]
 
@@ -67,10 +66,6 @@ class Section:
         return "/".join(str(item[f]) for f in self.fields if f in ("scope", "subject", "name"))
 
 
-def _path(name: str) -> str:
-    return quote(name, safe="")
-
-
 # ---- sections -------------------------------------------------------------------------
 def _read_groups(api: Client) -> list[Item]:
     return [
@@ -81,7 +76,7 @@ def _read_groups(api: Client) -> list[Item]:
 
 def _write_group(api: Client, item: Item, now: Item | None) -> str:
     body = {"description": item["description"], "scheduler": item["scheduler"]}
-    api.request("PUT", f"/v1/resource-groups/{_path(item['name'])}", json=body)
+    api.request("PUT", f"/v1/resource-groups/{segment(item['name'])}", json=body)
     return "created" if now is None else "updated"
 
 
@@ -114,7 +109,7 @@ def _write_project(api: Client, item: Item, now: Item | None) -> str:
         api.post("/v1/projects", json={"name": item["name"]})
     have = set(now["members"]) if now else set()
     for user in sorted(set(item["members"]) - have):
-        api.post(f"/v1/projects/{_path(item['name'])}/members", json={"user": user})
+        api.post(f"/v1/projects/{segment(item['name'])}/members", json={"user": user})
     return "created" if now is None else "updated"
 
 
@@ -127,7 +122,7 @@ def _write_policy(api: Client, item: Item, now: Item | None) -> str:
     body = {
         k: item.get(k) for k in ("max_sessions", "max_pending", "max_slots", "max_folder_bytes")
     }
-    api.request("PUT", f"/v1/policies/{item['scope']}/{_path(item['subject'])}", json=body)
+    api.request("PUT", f"/v1/policies/{item['scope']}/{segment(item['subject'])}", json=body)
     return "created" if now is None else "updated"
 
 

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import httpx
 
-from jobgate.client import ApiError, Client, _raise_for
+from jobgate.client import ApiError, Client, _raise_for, segment
 
 __all__ = ["Item", "download", "plan_upload", "upload"]
 
@@ -94,7 +94,7 @@ def upload(api: Client, folder: str, item: Item, advance: Advance) -> None:
     """Send one file; a dropped connection resumes at the offset the gateway holds."""
     metadata = "path " + base64.b64encode(item.remote.encode()).decode()
     created = api.http.post(
-        f"/v1/folders/{quote(folder, safe='')}/uploads",
+        f"/v1/folders/{segment(folder)}/uploads",
         headers={
             "Tus-Resumable": "1.0.0",
             "Upload-Length": str(item.size),
@@ -141,7 +141,7 @@ def download(api: Client, folder: str, remote: str, local: Path, advance: Advanc
     """Fetch one file to *local* (through ``local.part``, resumed with a Range)."""
     part = local.with_name(local.name + ".part")
     part.unlink(missing_ok=True)
-    url = f"/v1/folders/{quote(folder, safe='')}/files/{quote(remote)}"
+    url = f"/v1/folders/{segment(folder)}/files/{quote(remote)}"
     for attempt in range(ATTEMPTS):
         have = part.stat().st_size if part.exists() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}

@@ -29,7 +29,7 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.folders import FOLDER_ID_PATTERN, is_automount, perm_allows
+from contract.folders import AUTOMOUNT_PREFIX, FOLDER_ID_PATTERN, is_automount, perm_allows
 from gateway.auth import Principal
 from gateway.db.engine import SessionFactory
 from gateway.db.models import (
@@ -436,7 +436,9 @@ class FolderService:
             chosen = {item["id"] for item in items}
             rows = await db.execute(
                 select(Folder).where(
-                    Folder.owner_user_id == principal.user_id, Folder.trashed_at.is_(None)
+                    Folder.owner_user_id == principal.user_id,
+                    Folder.trashed_at.is_(None),
+                    Folder.name.startswith(AUTOMOUNT_PREFIX, autoescape=True),
                 )
             )
             for folder in rows.scalars():

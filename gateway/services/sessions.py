@@ -274,7 +274,7 @@ class SessionService:
             cluster_size=body.cluster_size,
             cluster_mode=body.cluster_mode,
             stop_when=body.stop_when,
-            cluster_key=secrets.token_hex(32) if body.cluster_mode else None,
+            cluster_key=None,  # each session its own, below
             resource_group=body.resource_group,
             priority=body.priority,
             constraints=dict(body.constraints),

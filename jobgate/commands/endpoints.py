@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from jobgate.client import ApiError, Client
+from jobgate.client import ApiError, Client, segment
 from jobgate.commands.common import OutputOpt, client, parse_pairs
 from jobgate.commands.run import (
     CommandArg,
@@ -147,7 +147,7 @@ def _wait(api: Client, name: str, revision: int, timeout: float) -> dict[str, An
     """Poll until the endpoint settled on *revision*; an error when rolled back or late."""
     deadline = time.monotonic() + timeout
     while True:
-        e: dict[str, Any] = api.get(f"/v1/endpoints/{name}")
+        e: dict[str, Any] = api.get(f"/v1/endpoints/{segment(name)}")
         if e["revision"] != revision:
             why = [r["reason"] for r in e["revisions"] if r["number"] == revision]
             detail = (why[0] if why else "") or e["status_reason"]
@@ -244,7 +244,7 @@ def list_endpoints(
 @app.command("show")
 def show(name: NameArg, output: OutputOpt = Output.table) -> None:
     """Status, URL, revision, replicas and the recent decisions with their inputs."""
-    e = client().get(f"/v1/endpoints/{name}")
+    e = client().get(f"/v1/endpoints/{segment(name)}")
     if output == Output.json:
         print_json(e)
         return
@@ -316,7 +316,7 @@ def scale(
         body = {"replicas": body.pop("min_replicas")} | {
             k: v for k, v in body.items() if k != "max_replicas"
         }
-    e = client().post(f"/v1/endpoints/{name}/scale", json=body)
+    e = client().post(f"/v1/endpoints/{segment(name)}/scale", json=body)
     _done(e, output)
 
 
@@ -362,7 +362,7 @@ def update(
     if folder:
         body["folders"] = [folder_mount(f) for f in folder]
     if resource or env or health_path:
-        cur = api.get(f"/v1/endpoints/{name}")["current"]
+        cur = api.get(f"/v1/endpoints/{segment(name)}")["current"]
         if resource:
             body["resources"] = cur["resources"] | parse_pairs(resource, "--resource")
         if env:
@@ -371,7 +371,7 @@ def update(
             body["probe"] = cur["probe"] | {"path": health_path}
     if working_dir is not None:
         body["working_dir"] = send_working_dir(api, working_dir)
-    e = api.post(f"/v1/endpoints/{name}/revisions", json=body)
+    e = api.post(f"/v1/endpoints/{segment(name)}/revisions", json=body)
     _done(_wait(api, name, e["revision"], timeout) if wait else e, output)
 
 
@@ -385,13 +385,13 @@ def rollback(
 ) -> None:
     """Roll out an earlier revision again."""
     body = {} if to is None else {"to": to}
-    _done(client().post(f"/v1/endpoints/{name}/rollback", json=body), output)
+    _done(client().post(f"/v1/endpoints/{segment(name)}/rollback", json=body), output)
 
 
 @app.command("rm")
 def remove(name: NameArg, output: OutputOpt = Output.table) -> None:
     """Delete an endpoint and stop its replicas."""
-    e = client().delete(f"/v1/endpoints/{name}")
+    e = client().delete(f"/v1/endpoints/{segment(name)}")
     if output == Output.json:
         print_json(e)
         return
@@ -407,7 +407,7 @@ def logs(
 ) -> None:
     """A replica's output (it is a session: the same as `jobgate sessions logs`)."""
     api = client()
-    e = api.get(f"/v1/endpoints/{name}")
+    e = api.get(f"/v1/endpoints/{segment(name)}")
     found = [r for r in e["replicas"] if r["index"] == replica]
     if not found:
         have = ", ".join(str(r["index"]) for r in e["replicas"]) or "none"
@@ -435,7 +435,7 @@ def tokens_create(
     body: dict[str, Any] = {"name": label}
     if expires is not None:
         body["expires"] = expires
-    t = client().post(f"/v1/endpoints/{name}/tokens", json=body)
+    t = client().post(f"/v1/endpoints/{segment(name)}/tokens", json=body)
     if output == Output.json:
         print_json(t)
         return
@@ -446,7 +446,7 @@ def tokens_create(
 @tokens_app.command("ls")
 def tokens_list(name: NameArg, output: OutputOpt = Output.table) -> None:
     """The endpoint's tokens (never the tokens themselves)."""
-    items = client().get(f"/v1/endpoints/{name}/tokens")
+    items = client().get(f"/v1/endpoints/{segment(name)}/tokens")
     if output == Output.json:
         print_json(items)
         return
@@ -470,7 +470,7 @@ def tokens_revoke(
     output: OutputOpt = Output.table,
 ) -> None:
     """Revoke a token; proxies refuse it within a second."""
-    client().delete(f"/v1/endpoints/{name}/tokens/{token_id}")
+    client().delete(f"/v1/endpoints/{segment(name)}/tokens/{token_id}")
     if output == Output.json:
         print_json({"id": token_id, "revoked": True})
         return

@@ -20,7 +20,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from jobgate.client import ApiError
+from jobgate.client import ApiError, segment
 from jobgate.commands.common import OutputOpt, client
 from jobgate.render import Output, age, err, out, print_json, table
 from jobgate.transfer import Advance, download, plan_upload, upload
@@ -43,10 +43,6 @@ class Perm(StrEnum):
     ro = "ro"
     rw = "rw"
     wd = "wd"
-
-
-def _ref(folder: str) -> str:
-    return quote(folder, safe="")
 
 
 def _fields(f: dict[str, Any]) -> dict[str, str]:
@@ -121,7 +117,7 @@ def ls(
         _listing(output, trashed)
         return
     entries = client().get(
-        f"/v1/folders/{_ref(folder)}/files", params={"path": path, "recursive": recursive}
+        f"/v1/folders/{segment(folder)}/files", params={"path": path, "recursive": recursive}
     )["items"]
     if output == Output.json:
         print_json(entries)
@@ -136,13 +132,13 @@ def ls(
 @app.command("show")
 def show(folder: FolderArg, output: OutputOpt = Output.table) -> None:
     """Owner, your permission, size, shares and the live sessions mounting it."""
-    _show(client().get(f"/v1/folders/{_ref(folder)}"), output)
+    _show(client().get(f"/v1/folders/{segment(folder)}"), output)
 
 
 @app.command("rm")
 def rm(folder: FolderArg, output: OutputOpt = Output.table) -> None:
     """Move a folder to the trash (refused while a live session mounts it)."""
-    f = client().delete(f"/v1/folders/{_ref(folder)}")
+    f = client().delete(f"/v1/folders/{segment(folder)}")
     if output == Output.json:
         print_json(f)
     else:
@@ -152,13 +148,13 @@ def rm(folder: FolderArg, output: OutputOpt = Output.table) -> None:
 @app.command("restore")
 def restore(folder: FolderArg, output: OutputOpt = Output.table) -> None:
     """Take a folder out of the trash."""
-    _show(client().post(f"/v1/folders/{_ref(folder)}/restore"), output)
+    _show(client().post(f"/v1/folders/{segment(folder)}/restore"), output)
 
 
 @app.command("purge")
 def purge(folder: FolderArg, output: OutputOpt = Output.table) -> None:
     """Delete a folder in the trash, and all its files, for good."""
-    client().post(f"/v1/folders/{_ref(folder)}/purge")
+    client().post(f"/v1/folders/{segment(folder)}/purge")
     if output == Output.json:
         print_json({"folder": folder, "purged": True})
     else:
@@ -174,7 +170,7 @@ def share(
 ) -> None:
     """Let another user use the folder."""
     f = client().request(
-        "PUT", f"/v1/folders/{_ref(folder)}/shares/{_ref(user)}", json={"perm": str(perm)}
+        "PUT", f"/v1/folders/{segment(folder)}/shares/{segment(user)}", json={"perm": str(perm)}
     )
     _show(f, output)
 
@@ -186,7 +182,7 @@ def unshare(
     output: OutputOpt = Output.table,
 ) -> None:
     """Take a user's share away."""
-    _show(client().delete(f"/v1/folders/{_ref(folder)}/shares/{_ref(user)}"), output)
+    _show(client().delete(f"/v1/folders/{segment(folder)}/shares/{segment(user)}"), output)
 
 
 @contextmanager
@@ -219,7 +215,7 @@ def put(
 ) -> None:
     """Upload files and directories (streamed, resumed after a dropped connection)."""
     api = client()
-    api.get(f"/v1/folders/{_ref(folder)}")  # an unknown folder before any local work
+    api.get(f"/v1/folders/{segment(folder)}")  # an unknown folder before any local work
     remote = ""
     if len(paths) > 1 and not Path(paths[-1]).exists():
         remote = paths.pop()
@@ -230,7 +226,7 @@ def put(
     with _bar(total, output == Output.json) as advance:
         for item in items:
             if item.is_dir:
-                api.post(f"/v1/folders/{_ref(folder)}/mkdir", json={"path": item.remote})
+                api.post(f"/v1/folders/{segment(folder)}/mkdir", json={"path": item.remote})
             else:
                 upload(api, folder, item, advance)
     files = [i for i in items if not i.is_dir]
@@ -252,7 +248,7 @@ def get(
     """Download a file or a directory tree (streamed, resumed after a dropped connection)."""
     api = client()
     entries = api.get(
-        f"/v1/folders/{_ref(folder)}/files", params={"path": remote, "recursive": True}
+        f"/v1/folders/{segment(folder)}/files", params={"path": remote, "recursive": True}
     )["items"]
     clean = remote.strip("/")
     if (
@@ -297,7 +293,7 @@ def rm_path(
     output: OutputOpt = Output.table,
 ) -> None:
     """Delete a file or a directory tree inside a folder (needs wd)."""
-    client().delete(f"/v1/folders/{_ref(folder)}/files/{quote(path)}")
+    client().delete(f"/v1/folders/{segment(folder)}/files/{quote(path)}")
     if output == Output.json:
         print_json({"folder": folder, "path": path, "removed": True})
     else:
@@ -312,7 +308,7 @@ def mv(
     output: OutputOpt = Output.table,
 ) -> None:
     """Rename a file or directory inside a folder."""
-    client().post(f"/v1/folders/{_ref(folder)}/move", json={"source": source, "target": target})
+    client().post(f"/v1/folders/{segment(folder)}/move", json={"source": source, "target": target})
     if output == Output.json:
         print_json({"folder": folder, "source": source, "target": target})
     else:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 
+from jobgate.client import segment
 from jobgate.commands.common import OutputOpt, client, parse_pairs
 from jobgate.commands.run import (
     CommandArg,
@@ -44,10 +44,6 @@ webhooks_app = typer.Typer(
 )
 
 NameArg = Annotated[str, typer.Argument(help="Its name.")]
-
-
-def _seg(value: str) -> str:
-    return quote(value, safe="")
 
 
 def _split(value: str | None) -> list[str]:
@@ -150,7 +146,7 @@ def _params(t: dict[str, Any]) -> str:
 @templates_app.command("show")
 def templates_show(name: NameArg, output: OutputOpt = Output.table) -> None:
     """A template: its parameters and the session it submits."""
-    t = client().get(f"/v1/templates/{_seg(name)}")
+    t = client().get(f"/v1/templates/{segment(name)}")
     if output == Output.json:
         print_json(t)
         return
@@ -171,7 +167,7 @@ def templates_show(name: NameArg, output: OutputOpt = Output.table) -> None:
 @templates_app.command("rm")
 def templates_rm(name: NameArg, output: OutputOpt = Output.table) -> None:
     """Delete a template (and its triggers); the sessions it started stay."""
-    client().delete(f"/v1/templates/{_seg(name)}")
+    client().delete(f"/v1/templates/{segment(name)}")
     _removed(name, output, "template")
 
 
@@ -191,7 +187,7 @@ def templates_run(
     api = client()
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     body = {"params": parse_pairs(param, "--param")}
-    session = api.post(f"/v1/templates/{_seg(name)}/run", json=body, headers=headers)
+    session = api.post(f"/v1/templates/{segment(name)}/run", json=body, headers=headers)
     if wait:
         wait_for(api, session["id"], output)
         return
@@ -266,7 +262,7 @@ def triggers_ls(output: OutputOpt = Output.table) -> None:
 @triggers_app.command("show")
 def triggers_show(name: NameArg, output: OutputOpt = Output.table) -> None:
     """One trigger (its secret is never shown again)."""
-    t = client().get(f"/v1/triggers/{_seg(name)}")
+    t = client().get(f"/v1/triggers/{segment(name)}")
     if output == Output.json:
         print_json(t)
         return
@@ -278,7 +274,7 @@ def triggers_show(name: NameArg, output: OutputOpt = Output.table) -> None:
 @triggers_app.command("rm")
 def triggers_rm(name: NameArg, output: OutputOpt = Output.table) -> None:
     """Delete a trigger: its URL answers 404 from now on."""
-    client().delete(f"/v1/triggers/{_seg(name)}")
+    client().delete(f"/v1/triggers/{segment(name)}")
     _removed(name, output, "trigger")
 
 
@@ -289,7 +285,7 @@ def triggers_deliveries(
     output: OutputOpt = Output.table,
 ) -> None:
     """Verified deliveries, newest first: verdict (started, filtered, rejected) and session."""
-    found = client().get(f"/v1/triggers/{_seg(name)}/deliveries", params={"limit": limit})
+    found = client().get(f"/v1/triggers/{segment(name)}/deliveries", params={"limit": limit})
     if output == Output.json:
         print_json(found)
         return
@@ -362,14 +358,14 @@ def webhooks_ls(output: OutputOpt = Output.table) -> None:
 @webhooks_app.command("rm")
 def webhooks_rm(webhook: IdArg, output: OutputOpt = Output.table) -> None:
     """Delete a webhook and its pending deliveries."""
-    client().delete(f"/v1/webhooks/{_seg(webhook)}")
+    client().delete(f"/v1/webhooks/{segment(webhook)}")
     _removed(webhook, output, "webhook")
 
 
 @webhooks_app.command("rotate")
 def webhooks_rotate(webhook: IdArg, output: OutputOpt = Output.table) -> None:
     """A new secret; for a day deliveries carry signatures with the old and the new."""
-    made = client().post(f"/v1/webhooks/{_seg(webhook)}/rotate")
+    made = client().post(f"/v1/webhooks/{segment(webhook)}/rotate")
     if output == Output.json:
         print_json(made)
     else:
@@ -383,7 +379,7 @@ def webhooks_deliveries(
     output: OutputOpt = Output.table,
 ) -> None:
     """Deliveries, newest first, with their attempts' HTTP status codes."""
-    found = client().get(f"/v1/webhooks/{_seg(webhook)}/deliveries", params={"limit": limit})
+    found = client().get(f"/v1/webhooks/{segment(webhook)}/deliveries", params={"limit": limit})
     if output == Output.json:
         print_json(found)
         return
@@ -410,7 +406,7 @@ def webhooks_redeliver(
     output: OutputOpt = Output.table,
 ) -> None:
     """Send a delivery again now (same webhook-id, so receivers can dedupe)."""
-    made = client().post(f"/v1/webhooks/deliveries/{_seg(delivery)}/redeliver")
+    made = client().post(f"/v1/webhooks/deliveries/{segment(delivery)}/redeliver")
     if output == Output.json:
         print_json(made)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import typer
 
-from jobgate.client import iter_sse
+from jobgate.client import iter_sse, segment
 from jobgate.commands.run import EXIT_CANCELLED, EXIT_ERROR, _exit_code, build_request
 from jobgate.mlflow_models import model_env, valid_model_uri
 
@@ -130,3 +130,10 @@ def test_mlflow_model_env_needs_a_tracking_server() -> None:
         model_env("models:/m/2", "not a url")
     with pytest.raises(ValueError, match="--mlflow-model takes"):
         model_env("models:/m", "http://h:5000")
+
+
+def test_a_name_is_one_path_segment_whatever_it_holds() -> None:
+    """`endpoints show "a/tokens"` must ask for an endpoint named so, not another route."""
+    assert segment("a/tokens") == "a%2Ftokens"
+    assert segment("x?y#z") == "x%3Fy%23z"
+    assert segment(".local") == ".local"
