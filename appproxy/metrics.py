@@ -34,6 +34,7 @@ __all__ = [
     "InferenceLoad",
     "Latency",
     "ProxyMetrics",
+    "RequestRate",
 ]
 
 _RATE_WINDOW: Final = 10.0  # seconds an inference endpoint's request rate is taken over
@@ -155,11 +156,29 @@ class EndpointCounters:
         ]
 
 
+class RequestRate:
+    """Requests per second of a growing count, over about the last ``_RATE_WINDOW`` seconds
+    (sampled once per call: call it at a steady pace, as the load reporter does)."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def of(self, count: int, now: float) -> float:
+        samples = self._samples
+        samples.append((now, count))
+        while len(samples) > 1 and now - samples[0][0] > _RATE_WINDOW:
+            samples.popleft()
+        first_at, first = samples[0]
+        return (count - first) / (now - first_at) if now > first_at else 0.0
+
+
 class InferenceLoad:
     """One inference endpoint's traffic through this proxy process (the replicas' own
     counters are :class:`EndpointStats` under app ``inference``); read by load reports."""
 
-    __slots__ = ("_samples", "held", "in_flight", "queued", "rejected", "requests", "wakes")
+    __slots__ = ("_rate", "held", "in_flight", "queued", "rejected", "requests", "wakes")
 
     def __init__(self) -> None:
         self.requests = 0  # taken in (answered, refused for load, or still going)
@@ -168,17 +187,11 @@ class InferenceLoad:
         self.rejected = 0  # refused with 503: queue full, or no replica in time
         self.held = 0  # requests that arrived with no ready replica
         self.wakes = 0  # wake-ups this proxy asked the controller for
-        self._samples: deque[tuple[float, int]] = deque()
+        self._rate = RequestRate()
 
     def rate(self, now: float) -> float:
-        """Requests per second over about the last ``_RATE_WINDOW`` seconds (sampled once
-        per call: call it at a steady pace, as the load reporter does)."""
-        samples = self._samples
-        samples.append((now, self.requests))
-        while len(samples) > 1 and now - samples[0][0] > _RATE_WINDOW:
-            samples.popleft()
-        first_at, first = samples[0]
-        return (self.requests - first) / (now - first_at) if now > first_at else 0.0
+        """Requests taken in per second (see :class:`RequestRate`)."""
+        return self._rate.of(self.requests, now)
 
 
 InferenceSource = Callable[[], Iterable[tuple[str, InferenceLoad, int]]]

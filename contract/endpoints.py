@@ -16,13 +16,16 @@ Neither imports the other; both import this module. Key names are in :mod:`contr
   scaling; the proxy sends traffic only to replicas whose health it saw as ready.
 * **Load** - each proxy process writes its own field (``proxy_id``) of the hash
   ``endpoint_load_key(endpoint_id)`` every ``LOAD_REPORT_INTERVAL`` seconds with a
-  :class:`LoadReport`; the key has a TTL of ``LOAD_REPORT_TTL``. The autoscaler sums the
-  fresh reports (``at`` within ``LOAD_REPORT_TTL``) across proxies.
+  :class:`LoadReport`; the key has a TTL of ``LOAD_REPORT_TTL``. The autoscaler (and
+  ``GET /v1/endpoints/{name}``, per replica too) sums the fresh reports (``at`` within
+  ``LOAD_REPORT_TTL``) across proxies.
 * **Wake** - a proxy holding a request for an endpoint with no ready replica sets
   ``endpoint_wake_key(endpoint_id)`` (``SET NX EX``, value = epoch seconds) and publishes
   the endpoint id on ``ENDPOINT_WAKE_CHANNEL``; a burst of held requests thus asks once.
   The controller treats a wake as "desired replicas >= 1 now" and clears the key when a
-  replica is ready.
+  replica is ready. The gateway also publishes an endpoint's id there after an API write
+  and when one of its replicas changes status (so the controller acts at once, not at
+  its next tick); the controller only takes a message as "tick now".
 * **Tokens** - endpoint tokens are ``jge_`` + 32 url-safe random bytes; the database and
   the route keep only :func:`token_digest` (SHA-256 hex). The proxy compares digests
   with ``hmac.compare_digest`` and honours ``expires_at``. The owner's jobgate API key is
@@ -51,6 +54,7 @@ __all__ = [
     "ENDPOINT_TOKEN_PREFIX",
     "LOAD_REPORT_INTERVAL",
     "LOAD_REPORT_TTL",
+    "PROBE_PATH_PATTERN",
     "EndpointRoute",
     "LoadReport",
     "Probe",
@@ -90,12 +94,20 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+#: what a probe's path must be (checked where a revision is made)
+PROBE_PATH_PATTERN = "^/[^ \\x00\\r\\n]*$"
+
+
 class Probe(BaseModel):
     """A replica's readiness probe (HTTP GET ``path`` answered 2xx/3xx is a success)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: str = "/"
+    path: str = Field(
+        default="/",
+        json_schema_extra={"pattern": PROBE_PATH_PATTERN},
+        description="an absolute URL path (no spaces, NUL or line breaks)",
+    )
     interval_s: float = Field(default=2.0, gt=0, le=300)
     timeout_s: float = Field(default=1.0, gt=0, le=60)
     failure_threshold: int = Field(default=2, ge=1, le=100)
@@ -180,6 +192,8 @@ class LoadReport(BaseModel):
     requests_total: int  # since the proxy started (for rates across reports)
     rps: float  # requests per second over the proxy's last ~10 s
     per_replica_in_flight: dict[str, int] = Field(default_factory=dict)  # by session id
+    #: requests per second this proxy sent to each replica (same window as ``rps``)
+    per_replica_rps: dict[str, float] = Field(default_factory=dict)
 
 
 async def write_endpoint_route(redis: Redis, route: EndpointRoute) -> None:

@@ -21,6 +21,8 @@ __all__ = [
     "AUTOMOUNT_PREFIX",
     "FOLDER_ID_PATTERN",
     "FOLDER_NAME_PATTERN",
+    "FOLDER_PATH_OR_ROOT_PATTERN",
+    "FOLDER_PATH_PATTERN",
     "MAX_PATH_BYTES",
     "PERMS",
     "UPLOADS_DIR",
@@ -38,6 +40,14 @@ AUTOMOUNT_PREFIX: Final = "."
 UPLOADS_DIR: Final = ".uploads"
 MAX_PATH_BYTES: Final = 4096
 MAX_NAME_BYTES: Final = 255
+#: one name: not empty, "." or "..", no "/" or NUL, at most 255 characters (the byte
+#: limits, over UTF-8, are :func:`split_path`'s: a pattern cannot count bytes)
+_NAME = r"(?:[^/\x00.][^/\x00]{0,254}|\.[^/\x00.][^/\x00]{0,253}|\.\.[^/\x00]{1,253})"
+#: what :func:`split_path` accepts, as the OpenAPI document says it: relative, names
+#: joined by single slashes, an optional trailing slash
+FOLDER_PATH_PATTERN: Final = rf"^{_NAME}(?:/{_NAME})*/?$"
+#: the same, or the folder itself ("", "/" or ".")
+FOLDER_PATH_OR_ROOT_PATTERN: Final = rf"^(?:|/|\.|{_NAME}(?:/{_NAME})*/?)$"
 #: ro ⊂ rw ⊂ wd: read; read and write; read, write and delete
 PERMS: Final = ("ro", "rw", "wd")
 _ID = re.compile(FOLDER_ID_PATTERN)

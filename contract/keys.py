@@ -23,7 +23,7 @@ who reads it.
 | ``jobgate:endpoint-ready:{endpoint}`` | hash (session → health) | app proxy | gateway |
 | ``jobgate:endpoint-load:{endpoint}`` | hash (proxy → load), TTL | app proxy | autoscaler |
 | ``jobgate:endpoint-wake:{endpoint}`` | string, TTL | app proxy | gateway (controller) |
-| ``jobgate:endpoint-wakes`` | pub/sub | app proxy, gateway API | gateway (controller) |
+| ``jobgate:endpoint-wakes`` | pub/sub | app proxy, gateway (API, events) | gateway (controller) |
 | ``jobgate:endpoint-controller`` | string, TTL | endpoint controller (leader) | schedulers |
 | ``start:{kernel}``, ``stop:{kernel}``, ``schedule:{group}`` | arq job ids | | |
 """

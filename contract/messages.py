@@ -237,6 +237,10 @@ class NodeInfo(_Message):
     fraction_enforcement: str | None = None
     numa_cpus: dict[str, list[int]] = Field(default_factory=dict)
     kernels: list[KernelReport] = Field(default_factory=list)  # running now
+    #: when the worker listed ``kernels`` (epoch seconds on the worker): a kernel the
+    #: gateway saw start or change after that is not judged by this list (None: an
+    #: older worker)
+    ts: float | None = None
 
 
 class EventBatch(_Message):

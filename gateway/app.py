@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from contract import arq as queue
 from contract.version import VERSION
 from gateway import console
-from gateway.api import problems
+from gateway.api import openapi, problems
 from gateway.api.routes import (
     apps,
     blobs,
@@ -139,6 +139,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         lifespan=lifespan,
     )
     problems.install(app)
+    openapi.install(app, settings)
     routers = (
         health,
         sessions,

@@ -129,6 +129,9 @@ class GatewaySettings(BaseSettings):
     webhook_timeout_s: float = Field(default=10.0, gt=0)
     #: after a rotation the old secret also signs for this long
     webhook_rotation_overlap_s: float = Field(default=86400.0, ge=0)
+    #: a finished delivery (and then its event) is deleted this long after its last
+    #: attempt; 0: kept forever
+    webhook_retention_days: float = Field(default=30.0, ge=0)
     #: the largest body POST /v1/hooks/{id} reads; larger ones are refused (413) unread
     max_hook_bytes: int = Field(default=1024 * 1024, ge=1024)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from arq.connections import ArqRedis
 from sqlalchemy import select
@@ -73,7 +73,7 @@ class EventHandler:
         events = list(batch.events)
         if batch.node is not None:
             async with self.db() as db, db.begin():
-                events[:0] = await self._register(db, batch.node, outbox)
+                events[:0] = await self._register(db, batch.node, events, outbox)
         if events:
             async with self.db() as db, db.begin():
                 await self._apply(db, events, outbox)
@@ -84,9 +84,10 @@ class EventHandler:
 
     # -- registration -----------------------------------------------------------------
     async def _register(
-        self, db: AsyncSession, info: NodeInfo, outbox: Outbox
+        self, db: AsyncSession, info: NodeInfo, carried: Sequence[KernelEvent], outbox: Outbox
     ) -> list[KernelEvent]:
-        """Store what the node says about itself; the events its report implies."""
+        """Store what the node says about itself; the events its report implies (beside
+        *carried*, the ends its batch brings)."""
         now = await db_now(db)
         node = await db.get(Node, info.node_id, with_for_update={"key_share": True})
         if node is None:
@@ -124,20 +125,33 @@ class EventHandler:
         await db.flush()
         await self._orphans(db, info, outbox)
         outbox.schedule.add(info.resource_group)
-        return await self._vanished(db, info, now)
+        return await self._vanished(db, info, carried, now)
 
-    async def _vanished(self, db: AsyncSession, info: NodeInfo, now: datetime) -> list[KernelEvent]:
+    async def _vanished(
+        self, db: AsyncSession, info: NodeInfo, carried: Sequence[KernelEvent], now: datetime
+    ) -> list[KernelEvent]:
         """Kernels live here by the database that the node no longer has (its state was
-        wiped, or a simulated node restarted): they end as if the node had said so."""
+        wiped, or a simulated node restarted): they end as if the node had said so.
+
+        Not judged: a kernel whose end the batch carries (that end is what happened,
+        whatever the clocks say about the order), and one the gateway saw start or
+        change after the node listed its kernels (``info.ts``): batches are handled
+        concurrently, and a registration may be handled again after a gateway crash, so
+        a kernel the worker started once registered may be here before its
+        registration is; it was never in that list."""
         reported = {k.kernel_id: k.attempt for k in info.kernels}
+        ended = {(e.kernel_id, e.attempt) for e in carried if e.kind in _ENDING}
         rows = (
             await db.execute(
-                select(Kernel.id, Kernel.session_id, Kernel.status, Kernel.attempt).where(
+                select(
+                    Kernel.id, Kernel.session_id, Kernel.status, Kernel.attempt, Kernel.updated_at
+                ).where(
                     Kernel.node_id == info.node_id,
                     Kernel.status.in_(KERNEL_STARTED),
                 )
             )
         ).all()
+        listed_at = None if info.ts is None else datetime.fromtimestamp(info.ts, UTC)
         gone = f"not on {info.node_id} any more when its worker registered again"
         return [
             KernelEvent(
@@ -150,8 +164,11 @@ class EventHandler:
                 requested_stop=status == K.STOPPING,
                 attempt=attempt,
             )
-            for kernel_id, session_id, status, attempt in rows
-            if kernel_id not in reported or reported[kernel_id] not in (None, attempt)
+            for kernel_id, session_id, status, attempt, updated_at in rows
+            if (kernel_id not in reported or reported[kernel_id] not in (None, attempt))
+            and (kernel_id, attempt) not in ended
+            and (kernel_id, None) not in ended
+            and (listed_at is None or updated_at <= listed_at)
         ]
 
     async def _orphans(self, db: AsyncSession, info: NodeInfo, outbox: Outbox) -> None:
@@ -452,7 +469,14 @@ def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
 
 def _on_lost(ctx: _Ctx, event: KernelEvent) -> None:
     ctx.end_kernel(K.FAILED)
-    ctx.move(S.ERROR, event.message or f"its container was lost on {event.node_id}")
+    message = event.message or f"its container was lost on {event.node_id}"
+    if ctx.session.status == S.TERMINATING:
+        # it was asked to stop, and it is gone: stopped, not an error (as when its node is
+        # lost, docs/node-loss.md); a cluster session ends when its last kernel has
+        if ctx.all_ended:
+            ctx.move(S.TERMINATED, f"{ctx.session.status_reason}; {message}")
+        return
+    ctx.move(S.ERROR, message)
 
 
 _HANDLERS = {

@@ -7,6 +7,10 @@ commits and pushes it to the cluster registry and reports an ``ImageCommitted``;
 ``record_commits`` marks the image ``ready`` (or ``failed`` with the reason).
 
 Who may see or use an image: a public one everyone; a private one its owner and admins.
+Who may remove one (``forget``): a public one admins; a private one its owner and admins.
+A removed private image stays as a ``deleted`` row: its bytes are still in the cluster
+registry (its garbage collection is the operator's), so nobody may use it, and its name
+stays its owner's (a new commit under it makes it anew).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from arq.connections import ArqRedis
-from sqlalchemy import or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -29,7 +33,14 @@ from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
 from gateway.domain.status import SessionStatus
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 
-__all__ = ["check_usable", "record_commits", "request_commit", "visible_to"]
+__all__ = [
+    "IMAGE_NAME",
+    "check_usable",
+    "forget",
+    "record_commits",
+    "request_commit",
+    "visible_to",
+]
 
 #: what a user names a commit: lower-case path components and a tag (no registry host:
 #: the gateway puts the cluster registry in front)
@@ -39,24 +50,42 @@ IMAGE_NAME: Final = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*:{_TAG}$")
 
 
 def visible_to(principal: Principal) -> ColumnElement[bool]:
-    """The WHERE clause of the images *principal* may see."""
+    """The WHERE clause of the images *principal* may see (never a deleted one)."""
     if principal.is_admin:
-        return Image.visibility.is_not(None)
-    return or_(Image.visibility == "public", Image.owner_id == principal.user_id)
+        return Image.state != "deleted"
+    return and_(
+        Image.state != "deleted",
+        or_(Image.visibility == "public", Image.owner_id == principal.user_id),
+    )
 
 
-async def check_usable(db: AsyncSession, principal: Principal, image: str | None) -> None:
+def check_usable(principal: Principal, image: str | None, row: Image | None) -> None:
     """Refuse a session on another user's private image (404, as if it did not exist) or
-    on one whose commit has not finished (409)."""
-    if not image:
-        return
-    row = await db.get(Image, image)
-    if row is None or row.visibility != "private":
+    on one whose commit has not finished (409); *row* is the image's (None: unknown)."""
+    if not image or row is None or row.visibility != "private":
         return
     if row.owner_id != principal.user_id and not principal.is_admin:
         raise NotFound(f"no image {image!r}: it is private to another user", field="image")
+    if row.state == "deleted":
+        raise NotFound(f"no image {image!r}: it was deleted", field="image")
     if row.state != "ready":
         raise Conflict(f"image {image!r} is not ready ({row.state}) {row.detail}".strip())
+
+
+async def forget(db: AsyncSession, principal: Principal, name: str) -> None:
+    """Remove an image (see module): another user's private one is a 404, as if it did
+    not exist; a public one needs an admin (403)."""
+    row = await db.get(Image, name, with_for_update=True)
+    if row is None or row.state == "deleted":
+        raise NotFound(f"no registered image {name!r}")
+    if row.visibility == "private":
+        if row.owner_id != principal.user_id and not principal.is_admin:
+            raise NotFound(f"no registered image {name!r}")
+        row.state, row.detail, row.apps = "deleted", "", {}
+        return
+    if not principal.is_admin:
+        raise Forbidden(f"only admins remove a public image's apps ({name!r})")
+    await db.delete(row)
 
 
 async def _may_commit(db: AsyncSession, principal: Principal) -> bool:
@@ -95,7 +124,7 @@ async def request_commit(
         raise NotFound(f"no session {session_id}")
     if name is None:
         raise Invalid("give the new image's name:tag", field="image")
-    if not IMAGE_NAME.match(name) or len(name) > 255:
+    if not IMAGE_NAME.fullmatch(name) or len(name) > 255:
         raise Invalid(
             f"not an image name: {name!r} (want lower-case name[/path]:tag)", field="image"
         )

@@ -105,9 +105,19 @@ class HttpMetrics:
             registry=registry,
         )
 
+        #: the series of each (method, route, status) seen: ``labels()`` costs more than
+        #: the update itself, on every request
+        self._series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.duration.labels(method, route).observe(seconds)
+        series = self._series.get((method, route, status))
+        if series is None:
+            series = self._series[(method, route, status)] = (
+                self.requests.labels(method, route, str(status)),
+                self.duration.labels(method, route),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
 
 
 def route_template(scope: Scope) -> str:

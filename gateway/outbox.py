@@ -14,6 +14,7 @@ from typing import Any
 
 from arq.connections import ArqRedis
 
+from contract.keys import ENDPOINT_WAKE_CHANNEL
 from contract.messages import StartKernel, StopKernel
 from contract.routes import RouteRecord, end_route, write_route
 from gateway import live
@@ -37,13 +38,19 @@ class Outbox:
     #: app-proxy routes to write, and (session id, owner id) of routes that ended
     routes: list[RouteRecord] = field(default_factory=list)
     ended_routes: list[tuple[str, str]] = field(default_factory=list)
+    #: endpoints one of whose replicas changed status: their controller reacts at once
+    endpoints: set[str] = field(default_factory=set)
 
     def status(self, session: Session) -> None:
-        """A live status event with the session's status as it is now."""
+        """A live status event with the session's status as it is now (and, for an
+        endpoint's replica, a poke of the endpoint controller)."""
         self.live.append((session.id, live.status_event(session)))
+        if session.endpoint_id is not None:
+            self.endpoints.add(session.endpoint_id)
 
     async def flush(self, pool: ArqRedis) -> None:
-        """Send everything, in this order: jobs, live events, schedule requests, routes."""
+        """Send everything, in this order: jobs, live events, schedule requests, routes,
+        endpoint pokes."""
         if self.starts:
             await enqueue_starts(pool, self.starts)
         for queue, start in self.restarts:
@@ -57,3 +64,5 @@ class Outbox:
             await write_route(pool, record)
         for session_id, owner_id in self.ended_routes:
             await end_route(pool, session_id, owner_id=owner_id)
+        for endpoint_id in sorted(self.endpoints):
+            await pool.publish(ENDPOINT_WAKE_CHANNEL, endpoint_id)

@@ -7,7 +7,8 @@ Redis is transport; the database is the truth. So, every few seconds:
 * a node whose heartbeat key expired and that was last seen ``node_lost_after_s`` ago is
   lost: sessions that never started there are placed again; batch sessions that ran
   there are retried (a new attempt, PENDING after a backoff) while retries are left;
-  interactive ones, and those whose retries are spent, end ERROR naming the node
+  interactive ones, and those whose retries are spent, end ERROR naming the node; those
+  asked to stop end TERMINATED (CANCELLED if they never started), the loss in the reason
   (``gateway.domain.retry``, docs/node-loss.md);
 * alive nodes get ``last_seen_at`` refreshed (one UPDATE for all of them);
 * interactive sessions idle past their timeout (no traffic through the app proxy, from
@@ -229,24 +230,7 @@ class Reconciler:
             started = any(k.status in KERNEL_STARTED or k.started_at is not None for k in ks)
             outcome = decide(session.type, session.status, started, session.retries, limit)
             outbox.schedule.add(session.resource_group)
-            if outcome == Outcome.PLACE_AGAIN:
-                loss.place_again(f"node {loss.node_id} stopped responding before it started")
-            elif outcome == Outcome.RETRY:
-                session.retries += 1
-                wait = backoff_s(
-                    session.retries,
-                    self.settings.retry_backoff_s,
-                    self.settings.retry_backoff_max_s,
-                )
-                at = now + timedelta(seconds=wait)
-                session.starts_at = at
-                loss.place_again(
-                    f"retrying after node {loss.node_id} lost "
-                    f"(retry {session.retries} of {limit}) at {at:%H:%M:%S}Z"
-                )
-            elif outcome == Outcome.CANCEL:
-                await loss.cancel()
-            elif loss.fail(error_reason(loss.node_id, session.type, session.retries, limit)):
+            if loss.settle(outcome, limit, self.settings):
                 given_up.append(session.id)
         if given_up:  # their kernels on other nodes: stopped, their nodes' events end them
             await stop_kernels(db, given_up, "another kernel of its session was lost", outbox)
@@ -281,6 +265,30 @@ class _Loss:
     now: datetime
     outbox: Outbox
 
+    def settle(self, outcome: Outcome, limit: int, settings: GatewaySettings) -> bool:
+        """Apply *outcome*; True if the session ended ERROR (its other kernels must stop)."""
+        session = self.session
+        if outcome == Outcome.PLACE_AGAIN:
+            self.place_again(f"node {self.node_id} stopped responding before it started")
+        elif outcome == Outcome.RETRY:
+            session.retries += 1
+            wait = backoff_s(
+                session.retries, settings.retry_backoff_s, settings.retry_backoff_max_s
+            )
+            at = self.now + timedelta(seconds=wait)
+            session.starts_at = at
+            self.place_again(
+                f"retrying after node {self.node_id} lost "
+                f"(retry {session.retries} of {limit}) at {at:%H:%M:%S}Z"
+            )
+        elif outcome == Outcome.CANCEL:
+            self.cancel()
+        elif outcome == Outcome.TERMINATE:
+            self.terminate()
+        else:
+            return self.fail(error_reason(self.node_id, session.type, session.retries, limit))
+        return False
+
     def place_again(self, why: str) -> None:
         """Every kernel of the session becomes a new attempt, waiting for a place; the old
         attempts still on live nodes are stopped (their late events are stale)."""
@@ -304,16 +312,23 @@ class _Loss:
         self.session.pending_reason = why
         self.outbox.status(self.session)
 
-    async def cancel(self) -> None:
+    def cancel(self) -> None:
         """A session asked to stop whose kernel never started on the lost node."""
-        why = f"node {self.node_id} stopped responding before it started"
+        self._stopped(K.CANCELLED, S.CANCELLED, "stopped responding before it started")
+
+    def terminate(self) -> None:
+        """A session asked to stop whose kernel ran on the lost node: stopped, as asked."""
+        self._stopped(K.FAILED, S.TERMINATED, "lost")
+
+    def _stopped(self, kernel_status: K, status: S, what: str) -> None:
+        """The kernels on lost nodes end; the session too if no other kernel is left (the
+        others end by their nodes' events, and the reason already names the loss)."""
         for kernel in self.kernels:
             if kernel.ended_at is None and kernel.node_id in self.lost:
-                end_kernel(self.nodes.get(kernel.node_id or ""), kernel, K.CANCELLED, self.now)
-        if all(k.ended_at is not None for k in self.kernels):  # others end by their events
-            reason = f"{self.session.status_reason}; {why}"
-            self.db.add(transition(self.session, S.CANCELLED, reason, self.now))
-            self.outbox.status(self.session)
+                end_kernel(self.nodes.get(kernel.node_id or ""), kernel, kernel_status, self.now)
+        self.session.status_reason = f"{self.session.status_reason}; node {self.node_id} {what}"
+        if all(k.ended_at is not None for k in self.kernels):
+            self._end(status, self.session.status_reason)
 
     def fail(self, why: str) -> bool:
         """The kernels on lost nodes failed, the session is ERROR; True if it moved."""
@@ -322,11 +337,14 @@ class _Loss:
                 end_kernel(self.nodes.get(kernel.node_id or ""), kernel, K.FAILED, self.now)
         if not can_transition(self.session.status, S.ERROR):
             return False
-        self.db.add(transition(self.session, S.ERROR, why, self.now))
+        self._end(S.ERROR, why)
+        return True
+
+    def _end(self, status: S, why: str) -> None:
+        self.db.add(transition(self.session, status, why, self.now))
         self.outbox.status(self.session)
         if self.session.type == "interactive" and self.session.apps:  # the proxy's route
             self.outbox.ended_routes.append((self.session.id, self.session.owner_id))
-        return True
 
 
 def _minutes(seconds: int) -> str:

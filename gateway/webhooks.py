@@ -11,6 +11,9 @@
                         (unless allowed) ─▶ POST to that address, redirects not followed
                         ─▶ 2xx succeeded | 410 the webhook is disabled | else the next
                            attempt on the schedule (Retry-After honoured) or failed
+    Deliverer.prune     every minute: finished deliveries whose last attempt is older
+                        than JOBGATE_WEBHOOK_RETENTION_DAYS, then the events none of
+                        whose deliveries are left (batches claimed SKIP LOCKED)
 
 Every step is a row change, so a restarted process loses nothing: an event not fanned
 out is still there; a claimed delivery whose process died is claimed again when its
@@ -34,7 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from sqlalchemy import delete, exists, or_, select, update
+from sqlalchemy import Select, delete, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.config import GatewaySettings
@@ -58,6 +61,11 @@ log = logging.getLogger(__name__)
 BATCH = 100
 CONCURRENCY = 8
 LOG_KEEP = 20
+#: retention: a prune runs this often and deletes at most PRUNE_BATCHES batches per table
+PRUNE_EVERY_S = 60.0
+PRUNE_BATCH = 500
+PRUNE_BATCHES = 20
+FINISHED = ("succeeded", "failed", "cancelled")
 USER_AGENT = "jobgate-webhooks/1"
 
 
@@ -117,9 +125,13 @@ class Deliverer:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Fan out and send until *stop* is set (or cancelled); failures are logged."""
         stop = stop or asyncio.Event()
+        next_prune = time.monotonic()
         while not stop.is_set():
             busy = False
             try:
+                if time.monotonic() >= next_prune:
+                    next_prune = time.monotonic() + PRUNE_EVERY_S
+                    await self.prune()
                 if await self.anything_to_do():
                     busy = bool(await self.fan_out()) | bool(await self.send_due())
             except Exception:
@@ -206,6 +218,44 @@ class Deliverer:
             if dropped:  # nobody listens: nothing to keep
                 await db.execute(delete(WebhookEvent).where(WebhookEvent.id.in_(dropped)))
             return len(events)
+
+    # -- retention --------------------------------------------------------------------
+    async def prune(self, batch: int = PRUNE_BATCH, batches: int = PRUNE_BATCHES) -> int:
+        """Delete what the retention lets go: finished deliveries whose last attempt is
+        older than ``webhook_retention_days``, then old events with no delivery left (a
+        deleted webhook's, or all of theirs pruned). Each batch is its own transaction
+        of at most *batch* rows claimed ``SKIP LOCKED``; at most *batches* per table, the
+        rest next time. Returns how many rows it deleted."""
+        days = self.settings.webhook_retention_days
+        if days <= 0:
+            return 0
+        async with self.db() as db:
+            cutoff = await db_now(db) - timedelta(days=days)
+        finished = select(WebhookDelivery.id).where(
+            WebhookDelivery.status.in_(FINISHED), WebhookDelivery.next_attempt_at < cutoff
+        )
+        orphaned = select(WebhookEvent.id).where(
+            WebhookEvent.fanned_out.is_(True),
+            WebhookEvent.created_at < cutoff,
+            ~exists().where(WebhookDelivery.event_id == WebhookEvent.id),
+        )
+        deleted = 0
+        for table, old in ((WebhookDelivery, finished), (WebhookEvent, orphaned)):
+            for _ in range(batches):
+                gone = await self._delete_batch(table, old.limit(batch))
+                deleted += gone
+                if gone < batch:
+                    break
+        return deleted
+
+    async def _delete_batch(
+        self, table: type[WebhookDelivery] | type[WebhookEvent], old: Select[str]
+    ) -> int:
+        async with self.db() as db, db.begin():
+            ids = list((await db.execute(old.with_for_update(skip_locked=True))).scalars())
+            if ids:
+                await db.execute(delete(table).where(table.id.in_(ids)))
+            return len(ids)
 
     # -- send -------------------------------------------------------------------------
     async def send_due(self) -> int:

@@ -18,6 +18,7 @@ import io
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -34,6 +35,7 @@ __all__ = [
     "command_text",
     "duration",
     "err",
+    "list_or_json",
     "out",
     "print_json",
     "short_id",
@@ -73,6 +75,20 @@ class Output(StrEnum):
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def list_or_json(
+    found: list[dict[str, Any]],
+    output: Output,
+    columns: list[str],
+    row: Callable[[dict[str, Any]], list[str]],
+) -> None:
+    """A list command's answer: the API's list as it came (``-o json``), else a table with
+    one ``row(item)`` per item."""
+    if output == Output.json:
+        print_json(found)
+        return
+    table(columns, [row(item) for item in found])
 
 
 def short_id(value: str | None) -> str:

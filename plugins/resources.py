@@ -20,22 +20,25 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "CPU",
+    "MAX_AMOUNT",
     "MEM",
     "InvalidResource",
     "ResourceSlots",
     "format_size",
     "parse_size",
+    "slot_map_schema",
     "valid_slot_name",
 ]
 
 CPU: Final = "cpu"
 MEM: Final = "mem"
 
-_SLOT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}(\.[a-z][a-z0-9_-]{0,31})?$")
+SLOT_NAME_PATTERN: Final = r"^[a-z][a-z0-9_-]{0,31}(\.[a-z][a-z0-9_-]{0,31})?$"
+_SLOT_NAME = re.compile(SLOT_NAME_PATTERN)
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtpe]?)(i?)(b?)\s*$", re.IGNORECASE)
 _UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
 _ZERO: Final = Decimal(0)
@@ -50,9 +53,54 @@ class InvalidResource(ValueError):
         self.message = message
 
 
+#: the largest amount of any slot (mem in bytes: 8 PiB), an integer JSON holds exactly
+MAX_AMOUNT: Final = Decimal(2**53)
+#: size units and the most digits a whole number before each may have (under MAX_AMOUNT)
+_SIZE_DIGITS: Final = (("", 15), ("[kK]", 12), ("[mM]", 9), ("[gG]", 6), ("[tT]", 3))
+
+
+def slot_map_schema(*, zero: bool = True, null: bool = False) -> dict[str, Any]:
+    """JSON Schema of a slot map :meth:`ResourceSlots.parse` takes: slot names, and
+    amounts up to MAX_AMOUNT as numbers or plain decimal strings (``mem``: whole bytes,
+    or a whole number and a unit). *zero*: whether 0 is an amount (a limit of 0 is not);
+    *null*: whether an amount may be null (a merge patch removing the slot). The parser
+    also takes spellings the schema leaves out (``1e3``, ``1.5GiB``)."""
+    bounds = {"minimum": 0} if zero else {"exclusiveMinimum": 0}
+    bounds["maximum"] = int(MAX_AMOUNT)
+
+    def whole(digits: int) -> str:
+        return f"[0-9]{{1,{digits}}}" if zero else f"0*[1-9][0-9]{{0,{digits - 1}}}"
+
+    fraction = r"(?:\.[0-9]{1,9})?"
+    decimal = f"^(?:{whole(15)}{fraction}" + ("" if zero else r"|0*\.[0-9]{0,8}[1-9][0-9]{0,8}")
+    units = [f"{whole(d)}{unit}" for unit, d in _SIZE_DIGITS[1:]]
+    units.append(("[0-8]" if zero else "0*[1-8]") + "[pP]")
+    size = f"^(?:{whole(15)}[bB]?|(?:{'|'.join(units)})[iI]?[bB]?)$"
+    nothing = [{"type": "null"}] if null else []
+    return {
+        "propertyNames": {"pattern": SLOT_NAME_PATTERN},
+        "properties": {
+            MEM: {
+                "anyOf": [
+                    {"type": "integer", **bounds},
+                    {"type": "string", "pattern": size},
+                    *nothing,
+                ]
+            }
+        },
+        "additionalProperties": {
+            "anyOf": [
+                {"type": "number", **bounds},
+                {"type": "string", "pattern": decimal + ")$"},
+                *nothing,
+            ]
+        },
+    }
+
+
 def valid_slot_name(name: str) -> bool:
     """``cpu``, ``mem`` or ``<kind>.<slot>`` in lower case."""
-    return bool(_SLOT_NAME.match(name))
+    return bool(_SLOT_NAME.fullmatch(name))
 
 
 def parse_size(value: str | int | float | Decimal) -> Decimal:
@@ -69,6 +117,8 @@ def parse_size(value: str | int | float | Decimal) -> Decimal:
             )
         number, unit, _, _ = match.groups()
         amount = Decimal(number) * (1024 ** _UNITS[unit.lower()])
+    if abs(amount) > MAX_AMOUNT:  # (quantize has 28 digits to work with)
+        raise InvalidResource(MEM, f"must be at most {MAX_AMOUNT} bytes (got {value})")
     if amount != amount.to_integral_value():
         raise InvalidResource(MEM, f"not a whole number of bytes: {value!r}")
     return amount.quantize(Decimal(1))
@@ -119,6 +169,8 @@ class ResourceSlots(Mapping[str, Decimal]):
             amount = parse_size(value) if name == MEM else _to_decimal(name, value)
             if amount < 0 and not allow_negative:
                 raise InvalidResource(name, f"must not be negative (got {value})")
+            if abs(amount) > MAX_AMOUNT:
+                raise InvalidResource(name, f"must be at most {MAX_AMOUNT} (got {value})")
             data[name] = amount
         return cls(data)
 

@@ -29,20 +29,13 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 from harness import Stack
+from needs import missing
 
 from gateway.db.migrate import upgrade, upgrade_async
 from gateway.db.models import Base
 from jobgate.localnet import start_redis
 
-REQUIRE_ALL = os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1"
 T = TypeVar("T")
-
-
-def missing(what: str) -> None:
-    """Fail (under ./scripts/test.sh) or skip (by hand) for a service that is not there."""
-    if REQUIRE_ALL:
-        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
-    pytest.skip(what)
 
 
 def run_blocking(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:

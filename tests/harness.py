@@ -231,6 +231,28 @@ class Stack:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
 
+    async def cli(self, *args: str, key: str | None = None) -> str:
+        """``jobgate ARGS`` as a user runs it (a process; the gateway runs in this event
+        loop) with *key* (the admin's by default) and no profile; its standard output."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "jobgate",
+            *args,
+            env=os.environ
+            | {
+                "JOBGATE_URL": self.url,
+                "JOBGATE_API_KEY": self.admin_key if key is None else key,
+                "JOBGATE_CONFIG": str(self.tmp / "no-profile.toml"),
+                "COLUMNS": "200",
+            },
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, f"jobgate {' '.join(args)}: {err.decode()}"
+        return out.decode()
+
     async def create_user(self, name: str, role: str = "user") -> str:
         async with self.client() as api:
             r = await api.post("/v1/users", json={"name": name, "role": role})

@@ -137,6 +137,7 @@ class NodeAgent:
             runtime_detail=info.detail,
             version=VERSION,
             **registration_fields(self.devices, self.settings.numa_sysfs_root),
+            ts=time.time(),  # the kernels below, as of now (no await in between)
             kernels=[
                 KernelReport(
                     kernel_id=k.state.kernel_id,
@@ -147,18 +148,27 @@ class NodeAgent:
             ],
         )
 
+    async def registration(self) -> tuple[NodeInfo, list[KernelEvent]]:
+        """What the worker registers with: :meth:`describe`, and the last events of the
+        attempts that ended here lately, for the gateway to apply again. The ends are
+        read after the kernels are listed: a kernel leaves :attr:`kernels` only after its
+        tombstone holds its end, so one that ends meanwhile (a kernel started again by
+        :meth:`recover` runs while the runtime is asked for its info) is in one or the
+        other, never in neither (the gateway would take it for lost)."""
+        info = await self.describe()
+        endings = []
+        for text in self.services.store.recent_endings(EventReporter.KEEP_S):
+            with contextlib.suppress(ValueError):
+                endings.append(KernelEvent.model_validate_json(text))
+        return info, endings
+
     # -- recovery ---------------------------------------------------------------------
-    async def recover(self) -> list[KernelEvent]:
+    async def recover(self) -> None:
         """Re-attach to the kernels the runtime still has (watched from
         :meth:`watch_recovered` on, once the registration lists them), start again those
         the worker was killed preparing (their container never existed: they never ran),
-        report the ones that vanished. Returns the last events of the attempts that
-        ended here lately, for the registration to carry again."""
+        report the ones that vanished."""
         store = self.services.store
-        endings = []
-        for text in store.recent_endings(EventReporter.KEEP_S):
-            with contextlib.suppress(ValueError):
-                endings.append(KernelEvent.model_validate_json(text))
         saved = store.load_all()
         for handle in await self.runtime.list_kernels():
             kernel_id, attempt = parse_ref(handle.kernel_id)  # the runtime knows the ref
@@ -193,7 +203,6 @@ class NodeAgent:
             else:
                 run.end("start_failed", message="the worker restarted while preparing it")
             run._release_working_dir()
-        return endings
 
     def watch_recovered(self) -> None:
         for run in self._recovered:
@@ -451,11 +460,11 @@ class Agent:
         logs = metrics.log_client(s.gateway_url, s.node_token.get_secret_value())
         queue = await self._build_nodes(reporter, logs)
         for node in self.nodes.values():
-            endings = await node.recover()
+            await node.recover()
             await node.sweep_networks()
             # one batch: the gateway reads the kernels it lists and the ends it carries
             # together, so a kernel that ended while no worker ran is never taken for lost
-            reporter.register(await node.describe(), endings)
+            reporter.register(*await node.registration())
             node.watch_recovered()
         beat = asyncio.create_task(self._heartbeats(pool, reporter))
         worker = self._worker(queue)

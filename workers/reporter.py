@@ -59,9 +59,12 @@ class EventReporter:
             self._remember(event)
 
     def register(self, info: NodeInfo, events: list[KernelEvent]) -> None:
-        """A registration and the events that go with it, in one batch."""
+        """A registration and the events that go with it, in one batch. The events are
+        remembered too: if Redis loses the batch, :meth:`replay` sends them again."""
         self._idle.clear()
         self._events.put_nowait(EventBatch(node=info, events=events))
+        for event in sorted(events, key=lambda e: e.ts):
+            self._remember(event)
 
     def _remember(self, event: KernelEvent) -> None:
         key = (event.kernel_id, event.attempt)

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from appproxy.metrics import EndpointStats, InferenceLoad
+from appproxy.metrics import EndpointStats, InferenceLoad, RequestRate
 from contract.endpoints import ReplicaTarget
 
 __all__ = ["Balancer", "NoReplica", "Overloaded", "Replica"]
@@ -52,6 +52,7 @@ class Replica:
     also the :class:`~appproxy.backend.upstream.Meter` of the requests sent to it."""
 
     __slots__ = (
+        "_rate",
         "in_flight",
         "index",
         "on_failure",
@@ -62,6 +63,7 @@ class Replica:
         "session_id",
         "state",
         "stats",
+        "taken",
         "upstream",
     )
 
@@ -75,6 +77,8 @@ class Replica:
         self.ready = False  # this proxy's readiness verdict
         self.reason = "not probed yet"
         self.in_flight = 0
+        self.taken = 0  # requests this proxy sent to it
+        self._rate = RequestRate()
         self.seen_at = time.monotonic()  # when this proxy first saw it (initial delay)
         #: called when a request to it fails (the prober checks it at once)
         self.on_failure: Callable[[Replica], None] | None = None
@@ -90,6 +94,10 @@ class Replica:
         self.stats.failed()
         if self.on_failure is not None:
             self.on_failure(self)
+
+    def rate(self, now: float) -> float:
+        """Requests sent to it per second (the load reporter samples it each interval)."""
+        return self._rate.of(self.taken, now)
 
     @property
     def takes_traffic(self) -> bool:
@@ -221,6 +229,7 @@ class Balancer:
             self._dispatch()
 
     def _take(self, replica: Replica) -> None:
+        replica.taken += 1
         replica.in_flight += 1
         self.load.in_flight += 1
 

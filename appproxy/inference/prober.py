@@ -14,7 +14,9 @@ leaves rotation within two probe intervals; one whose port refuses a request lea
 once, and one that breaks off a request is probed at once (a failed probe then takes
 it out: a replica killed under load stops getting requests within milliseconds). Every
 verdict goes to ``endpoint_ready_key`` as a :class:`ReplicaHealth` so the
-controller sees it (status, rolling updates, clearing the wake key).
+controller sees it (status, rolling updates, clearing the wake key); a verdict that
+changes also pokes the controller on ``ENDPOINT_WAKE_CHANNEL``, so a replica that became
+ready is promoted (and a rolling update moves on) at once, not at the next tick.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from appproxy.backend.client import ConnectionPool, Origin, UpstreamUnavailable
 from appproxy.inference.balancer import Replica
 from appproxy.inference.store import Endpoint
 from contract.endpoints import ReplicaHealth
-from contract.keys import endpoint_ready_key
+from contract.keys import ENDPOINT_WAKE_CHANNEL, endpoint_ready_key
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -170,21 +172,26 @@ class ReadinessProber:
             f": {reason}" if reason else "",
         )
         endpoint.balancer.refresh()
-        self._report(endpoint, replica)
+        self._report(endpoint, replica, poke=True)
 
-    def _report(self, endpoint: Endpoint, replica: Replica) -> None:
+    def _report(self, endpoint: Endpoint, replica: Replica, *, poke: bool = False) -> None:
         health = ReplicaHealth(
             ready=replica.ready, at=time.time(), reason=replica.reason, proxy_id=self._proxy_id
         )
-        key = endpoint_ready_key(endpoint.route.endpoint_id)
+        endpoint_id = endpoint.route.endpoint_id
         ttl = max(60, int(endpoint.route.probe.interval_s * _HASH_TTL_PROBES))
-        endpoint.spawn(self._write(key, replica.session_id, health, ttl))
+        endpoint.spawn(self._write(endpoint_id, replica.session_id, health, ttl, poke=poke))
 
-    async def _write(self, key: str, field: str, health: ReplicaHealth, ttl: int) -> None:
+    async def _write(
+        self, endpoint_id: str, field: str, health: ReplicaHealth, ttl: int, *, poke: bool
+    ) -> None:
+        key = endpoint_ready_key(endpoint_id)
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hset(key, field, health.model_dump_json())
                 pipe.expire(key, ttl)
+                if poke:  # after the verdict is stored: the controller's tick reads it
+                    pipe.publish(ENDPOINT_WAKE_CHANNEL, endpoint_id)
                 await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("cannot record readiness in Redis: %s", type(exc).__name__)

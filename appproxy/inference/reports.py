@@ -1,6 +1,7 @@
 """Load reports: every ``LOAD_REPORT_INTERVAL`` this proxy's view of each endpoint's load.
 
     every second: one pipeline ─ HSET jobgate:endpoint-load:{id} {proxy_id} LoadReport
+                               │   (in flight, queued, req/s: the endpoint's and per replica)
                                └ EXPIRE … LOAD_REPORT_TTL        (per endpoint it knows)
 
 The autoscaler sums the fresh reports of all proxy processes. Idle endpoints are
@@ -28,15 +29,16 @@ log = logging.getLogger(__name__)
 
 def load_report(endpoint: Endpoint, now: float) -> LoadReport:
     load = endpoint.load
+    clock = time.monotonic()
+    replicas = endpoint.balancer.replicas.values()
     return LoadReport(
         at=now,
         in_flight=load.in_flight,
         queued=load.queued,
         requests_total=load.requests,
-        rps=round(load.rate(time.monotonic()), 3),
-        per_replica_in_flight={
-            r.session_id: r.in_flight for r in endpoint.balancer.replicas.values()
-        },
+        rps=round(load.rate(clock), 3),
+        per_replica_in_flight={r.session_id: r.in_flight for r in replicas},
+        per_replica_rps={r.session_id: round(r.rate(clock), 3) for r in replicas},
     )
 
 

@@ -52,6 +52,7 @@ class ReplicaPublic(BaseModel):
     ready: bool
     health: str = Field(description="why it is not ready, from the proxy's probe")
     in_flight: int
+    rps: float = Field(description="requests per second sent to it, all proxies, last ~10 s")
     reason: str
 
 

@@ -4,7 +4,9 @@ Every error body is ``application/problem+json`` with ``type``, ``title``, ``sta
 ``detail`` and, for bad input, the ``field`` at fault (dotted, e.g. ``resources.cpu``)
 and the full list of ``errors``. Unexpected exceptions become a 500 whose body says
 nothing about the internals; the log has the traceback. The database or Redis being
-unreachable (a restart, a failover) is a 503 with ``Retry-After``: try again.
+unreachable (a restart, a failover) is a 503 with ``Retry-After``: try again. A value
+the database refuses (out of a column's range: the edge should have bounded it) is a 422,
+logged as the bug it is.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -162,6 +165,10 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         return problem(
             503, "Service unavailable", detail, request.url.path, headers={"Retry-After": "1"}
         )
+    if isinstance(exc, DataError):
+        log.error("%s %s: a value the edge let through: %s", request.method, request.url.path, exc)
+        detail = "a value in the request is outside what the gateway can store"
+        return problem(422, "Invalid request", detail, request.url.path)
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     return problem(500, "Internal error", "the gateway failed; see its log", request.url.path)
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fastapi import Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.cluster import cluster_hostname
 from gateway.api.schemas import HistoryItem, KernelPublic, SessionPublic
 from gateway.db.models import Kernel, Session
+from gateway.services.sessions import Created
 from gateway.services.views import SessionDetails, details, details_many
+from gateway.state import AppState
 
-__all__ = ["public", "render", "render_many"]
+__all__ = ["created", "public", "render", "render_many"]
 
 
 def _kernel(k: Kernel) -> KernelPublic:
@@ -92,3 +95,25 @@ async def render_many(db: AsyncSession, sessions: Sequence[Session]) -> list[Ses
 
 async def render(db: AsyncSession, session: Session, *, history: bool = False) -> SessionPublic:
     return public(await details(db, session, history=history))
+
+
+async def created(state: AppState, result: Created) -> Response:
+    """The answer to a create (201, or 200 for an ``Idempotency-Key`` replay): the
+    session's view, serialized once here. The route still declares ``SessionPublic``
+    (the OpenAPI document); FastAPI passes a ready ``Response`` through without
+    validating and encoding the model a second time, a good part of a create's cost."""
+    if result.details is not None:
+        view = public(result.details)
+        view.callback_secret = result.session.callback_secret  # shown once, at create
+    else:
+        async with state.db() as db:
+            view = await render(db, result.session)
+    headers = {"Location": f"/v1/sessions/{result.session.id}"}
+    if not result.created:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(
+        view.model_dump_json(),
+        status_code=201 if result.created else 200,
+        headers=headers,
+        media_type="application/json",
+    )

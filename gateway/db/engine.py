@@ -6,6 +6,11 @@ safe: WAL (readers never block the writer), a busy timeout (writers queue instea
 failing), and ``BEGIN IMMEDIATE`` (a transaction takes the write lock when it starts,
 so a read-then-write transaction cannot fail half-way with SQLITE_BUSY when another
 process committed in between).
+
+A driver's complaint about a value (PostgreSQL's data exceptions, SQLSTATE class 22, and
+asyncpg's refusal to encode an integer over a column's range; SQLite's OverflowError for
+an integer over 64 bits) is raised as SQLAlchemy's ``DataError`` whatever the driver
+calls it, so that :func:`unavailable` can tell a bad value from an outage by class.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 from sqlalchemy import event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, ExceptionContext
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -34,8 +39,10 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 20) -> Async
     if url.startswith("sqlite"):
         engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
         _sqlite_transactions(engine)
+        # sqlite3 raises a bare OverflowError (no DB-API class) for an int over 64 bits
+        _data_errors(engine, (OverflowError,))
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         echo=echo,
         pool_size=pool_size,
@@ -47,6 +54,29 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 20) -> Async
         # instead, and a connection that died is replaced on its first failure
         pool_recycle=1800,
     )
+    _data_errors(engine, _asyncpg_data_errors())
+    return engine
+
+
+def _asyncpg_data_errors() -> tuple[type[BaseException], ...]:
+    from asyncpg.exceptions import DataError as AsyncpgDataError
+
+    # the server's class 22 and the client's "invalid input for query argument" (a value
+    # it cannot encode) are both this class; SQLAlchemy maps it to a bare DBAPIError
+    return (AsyncpgDataError,)
+
+
+def _data_errors(engine: AsyncEngine, driver_errors: tuple[type[BaseException], ...]) -> None:
+    """Raise the driver's value errors as SQLAlchemy's DataError."""
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _translate(ctx: ExceptionContext) -> BaseException | None:
+        error = ctx.original_exception
+        if isinstance(ctx.sqlalchemy_exception, DataError):
+            return None
+        if isinstance(error, driver_errors) or isinstance(error.__cause__, driver_errors):
+            return DataError(ctx.statement, ctx.parameters, error, hide_parameters=True)
+        return None
 
 
 def _sqlite_transactions(engine: AsyncEngine) -> None:
@@ -72,25 +102,7 @@ def create_session_factory(engine: AsyncEngine) -> SessionFactory:
 def unavailable(exc: BaseException) -> bool:
     """Whether *exc* says the database or Redis could not be reached (a restart, a
     failover, a network cut): the same request may well work a moment later. Errors
-    about the statement or the data (a constraint, a type) are not."""
+    about the statement or the data (a constraint, a type, a value out of range) are not."""
     if isinstance(exc, IntegrityError | DataError | ProgrammingError):
         return False
-    if isinstance(exc, DBAPIError) and _about_the_data(exc):
-        return False
     return isinstance(exc, DBAPIError | RedisError | OSError)
-
-
-def _about_the_data(exc: BaseException) -> bool:
-    """A driver error about a value (asyncpg's DataError for an integer out of range
-    reaches SQLAlchemy as a bare DBAPIError): found in the chain of causes."""
-    seen: BaseException | None = exc
-    for _ in range(5):
-        seen = getattr(seen, "orig", None) or (seen.__cause__ if seen else None)
-        if seen is None:
-            return False
-        if isinstance(seen, OverflowError | ValueError) or type(seen).__name__ in _DATA_ERRORS:
-            return True
-    return False
-
-
-_DATA_ERRORS = frozenset({"DataError", "IntegrityError", "ProgrammingError"})

@@ -2,7 +2,7 @@
 
 ::
 
-    samples (the proxies' summed load, one per controller tick) ─┐
+    samples (the proxies' summed load, ~1 a second: record()) ───┐
     settings (targets, windows, delays, min/max) ────────────────┼─▶ decide() ─▶ Decision
     now, previous ScaleState, ready replicas, woken ─────────────┘      desired, reason,
                                                                         inputs, next state
@@ -13,6 +13,11 @@
 * **Panic window** (6 s): when its average asks for ``panic_threshold`` times the ready
   replicas, the endpoint panics for one stable window: it scales up on the short window
   at once and never scales down meanwhile.
+* **A step held** (``HOLD_S``): the load every sample of the last second showed (the
+  lowest reading since the latest sample at least ``HOLD_S`` old) counts like the
+  panic window's average, and the higher of the two wins. An 8x step thus asks for all
+  its replicas at its second reading instead of climbing with the 6 s average, while a
+  single reading (one spike) moves only the average.
 * **Delays**: a rise is applied once it held for ``scale_up_delay_s`` (0: at once); a
   fall only after ``scale_down_delay_s`` of the lower value (the highest recommendation
   in that span wins).
@@ -24,17 +29,46 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["AutoscaleSettings", "Decision", "Sample", "ScaleState", "decide"]
+__all__ = [
+    "HOLD_S",
+    "SAMPLE_GAP_S",
+    "AutoscaleSettings",
+    "Decision",
+    "Sample",
+    "ScaleState",
+    "decide",
+    "record",
+]
+
+#: a rise counts in full once readings at least this far apart (about one load report
+#: interval, a little less for a tick's jitter) all show it
+HOLD_S: Final = 0.9
+#: samples are kept at least this far apart: the controller also ticks when poked (a
+#: wake, an API change, a replica's new status), and the windows average over time, not
+#: over however many ticks a busy second had (the proxies report once a second anyway)
+SAMPLE_GAP_S: Final = 0.5
+
+
+def both_given(a: str, b: str) -> dict[str, Any]:
+    """JSON Schema: *a* and *b* both given, not null (put under ``not``)."""
+    return {
+        "properties": {a: {"not": {"type": "null"}}, b: {"not": {"type": "null"}}},
+        "required": [a, b],
+    }
 
 
 class AutoscaleSettings(BaseModel):
     """How one endpoint scales. Without a target the replica count is fixed (min = max)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={"not": both_given("target_concurrency", "target_rps")},
+    )
 
     min_replicas: int = Field(default=1, ge=0, le=100)
     max_replicas: int = Field(default=1, ge=1, le=100)
@@ -90,9 +124,27 @@ class Decision:
     state: ScaleState
 
 
+def record(samples: list[Sample], sample: Sample, keep_s: float) -> list[Sample]:
+    """*samples* with *sample* added (unless the latest is under ``SAMPLE_GAP_S`` old)
+    and those older than *keep_s* dropped."""
+    if not samples or sample.at - samples[-1].at >= SAMPLE_GAP_S:
+        samples = [*samples, sample]
+    return [s for s in samples if s.at >= sample.at - keep_s]
+
+
 def _average(samples: list[Sample], since: float, metric: str) -> float:
     chosen = [getattr(s, metric) for s in samples if s.at > since]
     return sum(chosen) / len(chosen) if chosen else 0.0
+
+
+def _held(samples: list[Sample], now: float, metric: str) -> float:
+    """The load that held for ``HOLD_S``: the lowest reading since the latest sample taken
+    at least that long ago (0 without one: a single reading is no step)."""
+    older = [s.at for s in samples if s.at <= now - HOLD_S]
+    if not older:
+        return 0.0
+    since = max(older)
+    return float(min(getattr(s, metric) for s in samples if s.at >= since))
 
 
 def decide(
@@ -121,25 +173,34 @@ def decide(
     )
     stable = _average(samples, now - settings.stable_window_s, metric)
     panic = _average(samples, now - settings.panic_window_s, metric)
+    step = _held(samples, now, metric)
     want_stable = math.ceil(round(stable / target, 6))
     want_panic = math.ceil(round(panic / target, 6))
+    want_held = math.ceil(round(step / target, 6))
     inputs |= {
         "metric": metric,
         "target": target,
         "stable_avg": round(stable, 3),
         "panic_avg": round(panic, 3),
+        "held": round(step, 3),
         "want_stable": want_stable,
         "want_panic": want_panic,
+        "want_held": want_held,
     }
 
     panic_until = previous.panic_until
     if panic_until is not None and now >= panic_until:
         panic_until = None
-    if want_panic >= settings.panic_threshold * max(ready, 1) and want_panic > ready:
+    burst = max(want_panic, want_held)
+    if burst >= settings.panic_threshold * max(ready, 1) and burst > ready:
         panic_until = now + settings.stable_window_s
     if panic_until is not None:
-        want = max(want_panic, previous.desired)
-        why = f"panic: {metric} {panic:.2f} over {settings.panic_window_s:g}s"
+        want = max(burst, previous.desired)
+        why = (
+            f"panic: {metric} {step:.2f} held for {HOLD_S:g}s"
+            if want_held > want_panic
+            else f"panic: {metric} {panic:.2f} over {settings.panic_window_s:g}s"
+        )
     else:
         want = want_stable
         why = f"{metric} {stable:.2f} over {settings.stable_window_s:g}s, target {target:g}"

@@ -8,15 +8,16 @@ field the client sent.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from contract.blobs import DIGEST_PATTERN
 from contract.endpoints import ENDPOINT_NAME_PATTERN, Probe, valid_endpoint_name
-from gateway.domain.autoscale import AutoscaleSettings
+from gateway.domain.autoscale import AutoscaleSettings, both_given
 from gateway.domain.requests import (
     NAME_PATTERN,
+    NO_NUL,
     Arguments,
     Environment,
     FolderMount,
@@ -24,6 +25,7 @@ from gateway.domain.requests import (
     Input,
 )
 from gateway.domain.rollout import RolloutSettings
+from plugins.resources import slot_map_schema
 
 __all__ = [
     "EndpointCreate",
@@ -45,7 +47,9 @@ class RevisionSpec(Input):
     command: Arguments = Field(default_factory=list)
     port: int = Field(ge=1, le=65535, description="the port the server listens on")
     resources: dict[str, str | int | float] = Field(
-        default_factory=dict, description='per replica, e.g. {"cpu": "1", "cuda.shares": "0.5"}'
+        default_factory=dict,
+        json_schema_extra=slot_map_schema(),
+        description='per replica, e.g. {"cpu": "1", "cuda.shares": "0.5"}',
     )
     env: Environment = Field(default_factory=dict)
     working_dir: str | None = Field(
@@ -59,13 +63,6 @@ class RevisionSpec(Input):
         max_length=32,
         description="data folders (e.g. the model's) each replica mounts; no automount",
     )
-
-    @field_validator("command")
-    @classmethod
-    def _command(cls, value: list[str]) -> list[str]:
-        if value and not value[0].strip():
-            raise ValueError("the command's first word is empty")
-        return value
 
     @field_validator("probe")
     @classmethod
@@ -94,11 +91,13 @@ class EndpointCreate(RevisionSpec):
 class EndpointUpdate(Input):
     """A new revision: the current one with the fields given here changed."""
 
-    image: str | None = None
-    command: list[str] | None = Field(default=None, max_length=4096)
+    image: ImageReference | None = None
+    command: Arguments | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    resources: dict[str, str | int | float] | None = None
-    env: dict[str, str] | None = None
+    resources: dict[str, str | int | float] | None = Field(
+        default=None, json_schema_extra=slot_map_schema()
+    )
+    env: Environment | None = None
     working_dir: str | None = Field(default=None, pattern=DIGEST_PATTERN)
     resource_group: str | None = Field(default=None, pattern=NAME_PATTERN)
     probe: Probe | None = None
@@ -106,15 +105,38 @@ class EndpointUpdate(Input):
     folders: list[FolderMount] | None = Field(default=None, max_length=32)
 
     def merged(self, current: dict[str, Any]) -> RevisionSpec:
-        """The new revision's full spec (each given field checked as on create)."""
-        return RevisionSpec.model_validate(current | self.model_dump(exclude_unset=True))
+        """The new revision's full spec (each given field checked as on create). A null
+        clears a field that may be empty (image, working_dir) and keeps any other."""
+        given = self.model_dump(exclude_unset=True)
+        kept = {k for k, v in given.items() if v is None and k not in _NULLABLE}
+        return RevisionSpec.model_validate(current | {k: given[k] for k in given.keys() - kept})
+
+
+_NULLABLE = frozenset(
+    name
+    for name, info in RevisionSpec.model_fields.items()
+    if type(None) in get_args(info.annotation)
+)
 
 
 class EndpointScale(Input):
     """A fixed count (``replicas``) or a range (``min_replicas``/``max_replicas``), and
     optionally the other autoscaling settings; what is not given stays."""
 
-    replicas: int | None = Field(default=None, ge=0, le=100)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "anyOf": [
+                    both_given("replicas", "min_replicas"),
+                    both_given("replicas", "max_replicas"),
+                ]
+            }
+        }
+    )
+
+    replicas: int | None = Field(
+        default=None, ge=1, le=100, description="a fixed count (min_replicas 0 scales to zero)"
+    )
     min_replicas: int | None = Field(default=None, ge=0, le=100)
     max_replicas: int | None = Field(default=None, ge=1, le=100)
     target_concurrency: float | None = Field(default=None, gt=0, le=10_000)
@@ -126,8 +148,6 @@ class EndpointScale(Input):
             self.min_replicas is not None or self.max_replicas is not None
         ):
             raise ValueError("give replicas, or min_replicas/max_replicas, not both")
-        if self.replicas == 0:
-            raise ValueError("replicas must be at least 1 (use min_replicas 0 to scale to zero)")
         return self
 
     def apply(self, current: AutoscaleSettings) -> AutoscaleSettings:
@@ -150,10 +170,39 @@ class EndpointRollback(Input):
     )
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+MAX_LIFETIME_S = 10 * 365 * 86_400
+
+
+def _up_to(n: int) -> str:
+    """A regex of the decimal numbers 1..*n* (ASCII digits, leading zeros allowed)."""
+    digits = str(n)
+    alternatives = [f"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
+    for i, d in enumerate(int(c) for c in digits):
+        low = 1 if i == 0 else 0
+        if d > low:
+            rest = len(digits) - i - 1
+            alternatives.append(
+                f"{digits[:i]}[{low}-{d - 1}]" + (f"[0-9]{{{rest}}}" if rest else "")
+            )
+    alternatives.append(digits)
+    return "0*(?:" + "|".join(alternatives) + ")"
+
+
+#: ``<n><unit>`` of at most 10 years, as the OpenAPI document says it
+LIFETIME_PATTERN = (
+    "^(?:"
+    + "|".join(f"{_up_to(MAX_LIFETIME_S // seconds)}{unit}" for unit, seconds in _UNITS.items())
+    + ")$"
+)
+
+
 class TokenCreate(Input):
-    name: str = Field(default="", max_length=64)
+    name: str = Field(default="", max_length=64, pattern=NO_NUL)
     expires: str | None = Field(
-        default=None, description="a lifetime such as 30d, 12h, 90m or 3600s (never: none)"
+        default=None,
+        json_schema_extra={"pattern": LIFETIME_PATTERN},
+        description="a lifetime such as 30d, 12h, 90m or 3600s, at most 10 years (never: none)",
     )
 
     @field_validator("expires")
@@ -164,15 +213,12 @@ class TokenCreate(Input):
         return value
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
-
 def parse_expiry(text: str) -> timedelta:
     """``30d`` → 30 days (s, m, h, d, w); at most 10 years."""
     number, unit = text[:-1], text[-1:]
-    if unit not in _UNITS or not number.isdigit() or int(number) == 0:
+    if unit not in _UNITS or not (number.isascii() and number.isdigit()) or int(number) == 0:
         raise ValueError(f"not a lifetime: {text!r} (e.g. 30d, 12h, 90m, 3600s)")
     seconds = int(number) * _UNITS[unit]
-    if seconds > 10 * 365 * 86_400:
+    if seconds > MAX_LIFETIME_S:
         raise ValueError("a token lives at most 10 years")
     return timedelta(seconds=seconds)

@@ -7,8 +7,9 @@ typo such as ``comand`` is a 422 naming the field, never a silently ignored opti
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -16,16 +17,31 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from contract.blobs import DIGEST_PATTERN
 from contract.cluster import ClusterMode, StopWhen
 from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN
-from gateway.domain.validation import check_arguments, check_env, check_image, parse_start
+from gateway.domain.validation import (
+    DELAY_PATTERN,
+    ENV_NAME,
+    FIRST_WORD_PATTERN,
+    IMAGE_PATTERN,
+    check_arguments,
+    check_env,
+    check_image,
+    parse_start,
+)
+from gateway.domain.webhooks import URL_PATTERN
+from plugins.resources import slot_map_schema
 
 __all__ = [
+    "MAX_JSON_INT",
     "NAME_PATTERN",
+    "NO_NUL",
     "Arguments",
     "Environment",
     "FolderMount",
@@ -37,24 +53,88 @@ __all__ = [
 ]
 
 SessionType = Literal["batch", "interactive"]
+#: free text the database stores: anything but NUL (PostgreSQL text cannot hold it)
+NO_NUL = r"^[^\x00]*$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 # what sessions and endpoint revisions both run: checked alike wherever they are sent
-ImageReference = Annotated[str, AfterValidator(check_image)]
-Arguments = Annotated[list[str], Field(max_length=4096), AfterValidator(check_arguments)]
-Environment = Annotated[dict[str, str], AfterValidator(check_env)]
+ImageReference = Annotated[
+    str,
+    Field(json_schema_extra={"pattern": IMAGE_PATTERN, "maxLength": 255}),
+    AfterValidator(check_image),
+]
+Arguments = Annotated[
+    list[str],
+    Field(
+        max_length=4096,
+        json_schema_extra={
+            "items": {"type": "string", "pattern": "^[^\\x00]*$"},
+            "prefixItems": [{"type": "string", "pattern": FIRST_WORD_PATTERN}],
+        },
+    ),
+    AfterValidator(check_arguments),
+]
+Environment = Annotated[
+    dict[str, str],
+    Field(
+        json_schema_extra={
+            "propertyNames": {"pattern": ENV_NAME.pattern},
+            "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"},
+        }
+    ),
+    AfterValidator(check_env),
+]
+
+
+#: the largest integer every JSON number holds exactly (a bound above it reaches clients
+#: as a float, and a client's float comparison lets through values over it)
+MAX_JSON_INT = 2**53
 
 
 class Input(BaseModel):
     """A request body: unknown fields refused, and JSON types as the schema says them
-    (strict: no ``0`` for ``false``, no ``"5"`` for ``5``; times are still ISO strings)."""
+    (strict: no ``0`` for ``false``, no ``"5"`` for ``5``; times are still ISO strings).
+    A JSON number with no fraction (``3.0``) is an integer, as JSON Schema says."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        ints = _integer_fields(cls)
+        return {
+            k: int(v) if k in ints and type(v) is float and v.is_integer() else v
+            for k, v in data.items()
+        }
+
+
+@functools.cache
+def _integer_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of *model* that take an integer and not a float."""
+    out = set()
+    for name, info in model.model_fields.items():
+        kinds = set(get_args(info.annotation)) | {info.annotation}
+        if int in kinds and float not in kinds:
+            out.add(info.alias or name)
+    return frozenset(out)
+
+
+#: an absolute path with no ".." part and not "/" alone (what the validators below take)
+_PART = r"(?:[^/\x00.][^/\x00]*|\.(?:[^/\x00.][^/\x00]*)?|\.\.[^/\x00]+)"
+ABSOLUTE_PATH_PATTERN = rf"^/+(?:{_PART}/+)*{_PART}/*$"
+
 
 class MountSpec(Input):
-    source: str = Field(description="absolute host path inside an operator-allowed root")
-    target: str = Field(description="absolute path in the session")
+    source: str = Field(
+        json_schema_extra={"pattern": ABSOLUTE_PATH_PATTERN},
+        description="absolute host path inside an operator-allowed root",
+    )
+    target: str = Field(
+        json_schema_extra={"pattern": ABSOLUTE_PATH_PATTERN},
+        description="absolute path in the session",
+    )
     read_only: bool = False
 
     @field_validator("source", "target")
@@ -73,7 +153,10 @@ class FolderMount(Input):
         pattern=f"({FOLDER_NAME_PATTERN})|({FOLDER_ID_PATTERN})",
     )
     target: str | None = Field(
-        default=None, max_length=1024, description="absolute path; default /home/work/NAME"
+        default=None,
+        max_length=1024,
+        json_schema_extra={"pattern": ABSOLUTE_PATH_PATTERN},
+        description="absolute path; default /home/work/NAME",
     )
     read_only: bool = False
 
@@ -92,6 +175,40 @@ class FolderMount(Input):
 class SessionCreate(Input):
     """What a client asks for. Resources are per container (kernel)."""
 
+    # a batch session runs something: its command, or its image's own (the service
+    # says the same, naming the field)
+    # and a cluster mode goes with a cluster of 2 or more, and only with one
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "anyOf": [
+                        {"properties": {"type": {"const": "interactive"}}, "required": ["type"]},
+                        {"properties": {"command": {"minItems": 1}}, "required": ["command"]},
+                        {"properties": {"image": {"type": "string"}}, "required": ["image"]},
+                    ]
+                },
+                {
+                    "anyOf": [
+                        {
+                            "properties": {
+                                "cluster_mode": {"type": "null"},
+                                "cluster_size": {"maximum": 1},
+                            }
+                        },
+                        {
+                            "properties": {
+                                "cluster_mode": {"type": "string"},
+                                "cluster_size": {"minimum": 2},
+                            },
+                            "required": ["cluster_mode", "cluster_size"],
+                        },
+                    ]
+                },
+            ]
+        }
+    )
+
     type: SessionType = "batch"
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     image: ImageReference | None = Field(
@@ -107,7 +224,9 @@ class SessionCreate(Input):
         "starts inside a fresh copy of it",
     )
     resources: dict[str, str | int | float] = Field(
-        default_factory=dict, description='e.g. {"cpu": "2", "mem": "4g", "cuda.shares": "0.5"}'
+        default_factory=dict,
+        json_schema_extra=slot_map_schema(),
+        description='e.g. {"cpu": "2", "mem": "4g", "cuda.shares": "0.5"}',
     )
     mounts: list[MountSpec] = Field(default_factory=list, max_length=64)
     folders: list[FolderMount] = Field(
@@ -136,9 +255,18 @@ class SessionCreate(Input):
     )
     constraints: dict[str, str] = Field(default_factory=dict, description="node labels to match")
     depends_on: list[str] = Field(default_factory=list, max_length=256)
-    starts_at: datetime | timedelta | None = Field(
-        default=None, description="ISO 8601 time or a delay such as +10m (database clock)"
-    )
+    starts_at: Annotated[
+        datetime | timedelta | None,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "format": "date-time"},
+                    {"type": "string", "pattern": DELAY_PATTERN},
+                    {"type": "null"},
+                ]
+            }
+        ),
+    ] = Field(default=None, description="ISO 8601 time or a delay such as +10m (database clock)")
     idle_timeout: int | None = Field(
         default=None, ge=60, le=2**31 - 1, description="seconds (interactive)"
     )
@@ -160,6 +288,7 @@ class SessionCreate(Input):
     callback_url: str | None = Field(
         default=None,
         max_length=2048,
+        json_schema_extra={"pattern": URL_PATTERN},
         description="http(s) URL told when the session ends: a Standard Webhooks v1 signed "
         "POST {type, timestamp, data} (docs/pipelines.md)",
     )

@@ -3,7 +3,7 @@
 ::
 
     nothing started yet (SCHEDULED)     ─▶ PLACE_AGAIN  (free: it never ran)
-    asked to stop (TERMINATING)         ─▶ CANCEL if nothing started, else ERROR
+    asked to stop (TERMINATING)         ─▶ CANCEL if nothing started, else TERMINATE
     interactive, running                ─▶ ERROR        (its state is gone with the node)
     batch, running, retries left        ─▶ RETRY        (PENDING after a backoff)
     batch, running, retries spent       ─▶ ERROR        (naming the node)
@@ -25,6 +25,7 @@ class Outcome(StrEnum):
     PLACE_AGAIN = "place-again"
     RETRY = "retry"
     CANCEL = "cancel"
+    TERMINATE = "terminate"
     ERROR = "error"
 
 
@@ -33,7 +34,8 @@ def decide(
 ) -> Outcome:
     """What to do with a live session one of whose kernels was on a lost node."""
     if status == "TERMINATING":
-        return Outcome.ERROR if started else Outcome.CANCEL
+        # what was asked happened: the node that ran it is gone (it ends TERMINATED)
+        return Outcome.TERMINATE if started else Outcome.CANCEL
     if not started:
         return Outcome.PLACE_AGAIN
     if session_type != "batch" or retries >= max_retries:

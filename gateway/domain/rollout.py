@@ -30,7 +30,17 @@ Status = Literal["HEALTHY", "DEGRADED", "UNAVAILABLE", "SCALED_TO_ZERO", "DEPLOY
 class RolloutSettings(BaseModel):
     """How a revision replaces another, and the proxy's per-replica limits."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # max_surge 0 (it defaults to 1) with max_unavailable 0 (its default) cannot progress
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        json_schema_extra={
+            "not": {
+                "properties": {"max_surge": {"const": 0}, "max_unavailable": {"const": 0}},
+                "required": ["max_surge"],
+            }
+        },
+    )
 
     max_surge: int = Field(default=1, ge=0, le=100)
     max_unavailable: int = Field(default=0, ge=0, le=100)

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from gateway.domain.errors import Invalid
-from gateway.domain.requests import NAME_PATTERN, Input, SessionCreate
+from gateway.domain.errors import Conflict, Invalid
+from gateway.domain.requests import NAME_PATTERN, NO_NUL, Input, SessionCreate
+from gateway.domain.webhooks import URL_PATTERN
 
 __all__ = [
     "PARAM_PREFIX",
@@ -41,7 +42,7 @@ class TemplateParam(Input):
 
 class TemplateCreate(Input):
     name: str = Field(pattern=NAME_PATTERN)
-    description: str = Field(default="", max_length=1024)
+    description: str = Field(default="", max_length=1024, pattern=NO_NUL)
     params: list[TemplateParam] = Field(default_factory=list, max_length=64)
     session: SessionCreate = Field(description="the session each run submits")
 
@@ -57,24 +58,31 @@ class TemplateCreate(Input):
 
 
 class TemplateRun(Input):
-    params: dict[str, str] = Field(default_factory=dict, description="name -> value")
+    params: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={"additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"}},
+        description="name -> value (the template's own parameters)",
+    )
     name: str | None = Field(default=None, pattern=NAME_PATTERN, description="the session's")
-    callback_url: str | None = Field(default=None, max_length=2048)
+    callback_url: str | None = Field(
+        default=None, max_length=2048, json_schema_extra={"pattern": URL_PATTERN}
+    )
 
 
 def param_env(declared: list[dict[str, Any]], given: Mapping[str, str]) -> dict[str, str]:
-    """``JOBGATE_PARAM_*`` for a run; unknown or missing parameters are a 422 naming them."""
+    """``JOBGATE_PARAM_*`` for a run; unknown or missing parameters are a 409 naming them
+    (they are the template's, as it is now)."""
     names = {p["name"] for p in declared}
     unknown = sorted(set(given) - names)
     if unknown:
         allowed = ", ".join(sorted(names)) or "none"
-        raise Invalid(
+        raise Conflict(
             f"unknown parameter(s) {', '.join(unknown)} (the template takes: {allowed})",
             field=f"params.{unknown[0]}",
         )
     missing = sorted(p["name"] for p in declared if p["name"] not in given and p["default"] is None)
     if missing:
-        raise Invalid(f"missing parameter(s) {', '.join(missing)}", field=f"params.{missing[0]}")
+        raise Conflict(f"missing parameter(s) {', '.join(missing)}", field=f"params.{missing[0]}")
     env = {}
     for p in declared:
         value = given.get(p["name"], p["default"])

@@ -12,7 +12,10 @@ import re
 from datetime import UTC, datetime, timedelta
 
 __all__ = [
+    "DELAY_PATTERN",
     "ENV_NAME",
+    "FIRST_WORD_PATTERN",
+    "IMAGE_PATTERN",
     "check_arguments",
     "check_env",
     "check_image",
@@ -25,18 +28,23 @@ __all__ = [
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _DOMAIN = rf"{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?"
-_TAG = r"[\w][\w.-]{0,127}"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"  # ASCII, as Docker's grammar
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_IMAGE = re.compile(rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$")
+#: ``[registry[:port]/]name[/name...][:tag][@digest]`` (the OpenAPI document says it too)
+IMAGE_PATTERN = rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+_IMAGE = re.compile(IMAGE_PATTERN)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DELAY = re.compile(r"^\+?\s*((?:\d+\s*[smhd]\s*)+)$")
-_DELAY_PART = re.compile(r"(\d+)\s*([smhd])")
+#: ``+10m``, ``1h30m``, ``2d 6h``: up to four parts of up to 5 digits (a delay stays
+#: within what a date can hold)
+DELAY_PATTERN = r"^ *\+? *(?:[0-9]{1,5} *[smhd] *){1,4}$"
+_DELAY = re.compile(DELAY_PATTERN)
+_DELAY_PART = re.compile(r"([0-9]+) *([smhd])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def valid_image_reference(ref: str) -> bool:
     """``[registry[:port]/]name[/name...][:tag][@digest]``, as Docker and Podman read it."""
-    return len(ref) <= 255 and bool(_IMAGE.match(ref))
+    return len(ref) <= 255 and bool(_IMAGE.fullmatch(ref))
 
 
 def check_image(value: str) -> str:
@@ -46,17 +54,23 @@ def check_image(value: str) -> str:
     return value
 
 
+#: what a command's first word needs (the OpenAPI document says it as a pattern)
+FIRST_WORD_PATTERN = "[^ \t\n\r\f\v]"
+
+
 def check_arguments(value: list[str]) -> list[str]:
-    """*value* if no argument holds a NUL byte (else ValueError)."""
+    """*value* if no argument holds a NUL byte and the first is not blank (else ValueError)."""
     if any("\x00" in arg for arg in value):
         raise ValueError("arguments must not contain NUL bytes")
+    if value and not re.search(FIRST_WORD_PATTERN, value[0]):
+        raise ValueError("the command's first word is empty")
     return value
 
 
 def check_env(value: dict[str, str]) -> dict[str, str]:
     """*value* if its keys are variable names and no value holds a NUL byte (else ValueError)."""
     for key, item in value.items():
-        if not ENV_NAME.match(key):
+        if not ENV_NAME.fullmatch(key):
             raise ValueError(f"not an environment variable name: {key!r}")
         if "\x00" in item:
             raise ValueError(f"value of {key} contains a NUL byte")
@@ -65,10 +79,9 @@ def check_env(value: dict[str, str]) -> dict[str, str]:
 
 def parse_delay(text: str) -> timedelta | None:
     """``+10m``, ``90s``, ``1h30m``, ``2d`` -> timedelta; anything else -> None."""
-    match = _DELAY.match(text.strip())
-    if not match:
+    if not _DELAY.fullmatch(text):
         return None
-    seconds = sum(int(n) * _UNIT[u] for n, u in _DELAY_PART.findall(match.group(1)))
+    seconds = sum(int(n) * _UNIT[u] for n, u in _DELAY_PART.findall(text))
     return timedelta(seconds=seconds)
 
 

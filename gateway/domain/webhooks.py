@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "EVENT_TYPES",
     "RETRY_SCHEDULE_S",
+    "URL_PATTERN",
     "Address",
     "Network",
     "address_refusal",
@@ -112,9 +113,22 @@ def address_refusal(address: Address, allowed: Sequence[Network]) -> str | None:
     return None
 
 
+_PORT = r"0*(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+#: what :func:`check_url` takes apart from address literals, as the OpenAPI document
+#: says it: http(s), a host name or IPv4 address (no user part), an optional port, and
+#: no spaces or control characters anywhere
+URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@:\[\]\x00-\x20\x7f]+"
+    rf"(?::(?:{_PORT})?)?(?:[/?#][^\x00-\x20\x7f]*)?$"
+)
+
+
 def check_url(url: str, allowed: Sequence[Network]) -> str | None:
     """Why *url* can never be a webhook target (scheme, host, an address literal that
     is refused), or None. Host names are checked again when a delivery resolves them."""
+    if any(c <= " " or c == "\x7f" for c in url):
+        # urlsplit would drop some of them silently (tabs, newlines, leading spaces)
+        return "the URL must not contain spaces or control characters"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -124,7 +138,7 @@ def check_url(url: str, allowed: Sequence[Network]) -> str | None:
         return "the URL must start with http:// or https://"
     if not parts.hostname:
         return "the URL has no host"
-    if parts.username or parts.password:
+    if "@" in parts.netloc:
         return "the URL must not carry a user or password"
     del port
     try:

@@ -2,7 +2,9 @@
 
 ::
 
-    loop (scheduler process): wake message or 1 s ─▶ Leader.acquire ─▶ tick()
+    loop (scheduler process): a message on ENDPOINT_WAKE_CHANNEL or 1 s ─▶ Leader.acquire
+        ─▶ tick()   (messages: a proxy holding a request at zero, an API change, the event
+                     consumer when a replica's session changed status, e.g. RUNNING)
     tick, per live endpoint, one transaction:
       replica sessions (DB) + readiness and load (Redis, from the proxies) + wake key
       ─▶ ended replicas: a failure (backoff 1, 2, 4 … 300 s), or drained and gone
@@ -55,7 +57,7 @@ from gateway.db.models import (
     WebhookEvent,
 )
 from gateway.db.transitions import event_row
-from gateway.domain.autoscale import AutoscaleSettings, Sample, ScaleState, decide
+from gateway.domain.autoscale import AutoscaleSettings, Sample, ScaleState, decide, record
 from gateway.domain.rollout import Replica, RolloutSettings, status, step
 from gateway.domain.status import TERMINAL
 from gateway.endpoints.leader import Leader
@@ -143,6 +145,8 @@ class EndpointController:
         listener = asyncio.create_task(self._listen())
         try:
             while not stop.is_set():
+                # a poke that arrives during the tick runs another one at once
+                self._poked.clear()
                 try:
                     if await self.leader.acquire():
                         await self.tick()
@@ -152,7 +156,6 @@ class EndpointController:
                     log.exception("endpoint controller tick failed; the next one retries")
                 if stop.is_set():
                     break
-                self._poked.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._poked.wait(), self.tick_s)
         finally:
@@ -272,8 +275,8 @@ class EndpointController:
         now_s: float,
     ) -> int:
         settings = AutoscaleSettings.model_validate(t.endpoint.autoscale)
-        memory.samples.append(Sample(now_s, float(load.concurrency), load.rps))
-        memory.samples = [s for s in memory.samples if s.at >= now_s - settings.stable_window_s]
+        sample = Sample(now_s, float(load.concurrency), load.rps)
+        memory.samples = record(memory.samples, sample, settings.stable_window_s)
         if memory.scale.desired == 0 and not memory.scale.history:
             memory.scale = ScaleState(desired=t.endpoint.desired_replicas, last_active_at=now_s)
         ready = sum(1 for v in views if v.ready and v.state != "draining")

@@ -26,7 +26,8 @@ class Load:
     queued: int = 0
     rps: float = 0.0
     proxies: int = 0
-    per_replica: dict[str, int] = field(default_factory=dict)
+    per_replica: dict[str, int] = field(default_factory=dict)  # in flight, by session id
+    per_replica_rps: dict[str, float] = field(default_factory=dict)
 
     @property
     def concurrency(self) -> int:
@@ -53,6 +54,7 @@ async def read_load(redis: Redis, endpoint_id: str, now: float) -> Load:
     in_flight = queued = proxies = 0
     rps = 0.0
     per: dict[str, int] = {}
+    per_rps: dict[str, float] = {}
     for value in raw.values():
         try:
             report = LoadReport.model_validate_json(value)
@@ -66,4 +68,6 @@ async def read_load(redis: Redis, endpoint_id: str, now: float) -> Load:
         rps += report.rps
         for sid, n in report.per_replica_in_flight.items():
             per[sid] = per.get(sid, 0) + n
-    return Load(in_flight, queued, rps, proxies, per)
+        for sid, r in report.per_replica_rps.items():
+            per_rps[sid] = per_rps.get(sid, 0.0) + r
+    return Load(in_flight, queued, rps, proxies, per, per_rps)

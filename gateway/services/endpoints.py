@@ -70,6 +70,7 @@ class ReplicaView:
     node: str | None
     health: ReplicaHealth | None
     in_flight: int
+    rps: float  # requests per second, all proxies
 
 
 @dataclass
@@ -238,7 +239,13 @@ class EndpointService:
         health = await read_health(self.pool, endpoint.id)
         load = await read_load(self.pool, endpoint.id, time.time())
         replicas = [
-            ReplicaView(s, node, health.get(s.id), load.per_replica.get(s.id, 0))
+            ReplicaView(
+                s,
+                node,
+                health.get(s.id),
+                load.per_replica.get(s.id, 0),
+                load.per_replica_rps.get(s.id, 0.0),
+            )
             for s, node in rows
         ]
         events = list(
@@ -277,8 +284,8 @@ class EndpointService:
             current = AutoscaleSettings.model_validate(endpoint.autoscale)
             try:
                 settings = body.apply(current)
-            except ValueError as exc:
-                raise Invalid(_first_error(exc), field="min_replicas") from None
+            except ValueError as exc:  # with the settings it has now
+                raise Conflict(_first_error(exc), field="min_replicas") from None
             now = await db_now(db)
             endpoint.autoscale = settings.model_dump()
             endpoint.updated_at = now
@@ -356,7 +363,7 @@ class EndpointService:
                 raise Conflict(f"revision {to} is already the current one", field="to")
             target = await db.get(EndpointRevision, (endpoint.id, to)) if to >= 1 else None
             if target is None:
-                raise Invalid(f"endpoint {name} has no revision {to}", field="to")
+                raise NotFound(f"endpoint {name} has no revision {to}", field="to")
             now = await db_now(db)
             before = endpoint.revision
             endpoint.revision = to

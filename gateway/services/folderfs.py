@@ -107,23 +107,18 @@ class FolderFS:
             shutil.rmtree(path)
 
     def usage(self, folder_id: str) -> int:
-        """Bytes the folder's files hold (apparent sizes; a hard-linked file counts once)."""
+        """Bytes the folder's files hold (apparent sizes; a hard-linked file counts once).
+        Walked by directory descriptors: a tree deeper than PATH_MAX is counted whole."""
         seen: set[tuple[int, int]] = set()
         total = 0
-        stack = [str(self.directory(folder_id))]
-        while stack:
-            try:
-                entries = list(os.scandir(stack.pop()))
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue
-            for entry in entries:
+        top = self.directory(folder_id)
+        for _, _, files, dir_fd in os.fwalk(top, follow_symlinks=False):
+            for name in files:
                 try:
-                    info = entry.stat(follow_symlinks=False)
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(entry.path)
-                elif stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+                if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
                     if info.st_nlink > 1:
                         seen.add((info.st_dev, info.st_ino))
                     total += info.st_size
@@ -211,7 +206,7 @@ class FolderFS:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
-            raise Invalid(f"{path!r} is not a file (list a directory instead)", field="path")
+            raise Conflict(f"{path!r} is not a file (list a directory instead)", field="path")
         return fd, info
 
     # -- changing -------------------------------------------------------------------
@@ -233,7 +228,7 @@ class FolderFS:
         src = self._parts(source, "source")
         dst = self._parts(target, "target")
         if dst[: len(src)] == src:
-            raise Invalid("a directory cannot move into itself", field="target")
+            raise Conflict("a directory cannot move into itself", field="target")
         try:
             with (
                 self._walk(folder_id, src[:-1]) as src_fd,

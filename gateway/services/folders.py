@@ -22,6 +22,7 @@ import logging
 import posixpath
 import re
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,15 @@ from gateway.domain.status import TERMINAL
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.folderfs import FolderFS
 
-__all__ = ["MOUNT_BASE", "FolderQuotaExceeded", "FolderService", "FolderView", "upload_gc_loop"]
+__all__ = [
+    "MOUNT_BASE",
+    "AutomountFolder",
+    "FolderQuotaExceeded",
+    "FolderService",
+    "FolderView",
+    "automount_folders",
+    "upload_gc_loop",
+]
 
 log = logging.getLogger(__name__)
 #: a resumable upload nobody appended to for this long is deleted (its quota freed)
@@ -71,6 +80,34 @@ class FolderView:
     shares: dict[str, str]  # user name -> perm (owners see them)
     size: int | None = None
     sessions: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AutomountFolder:
+    """A user's dot-folder, mounted into each of its sessions unless it asks otherwise."""
+
+    id: str
+    name: str
+
+
+async def automount_folders(
+    db: AsyncSession, user_ids: Collection[str]
+) -> dict[str, list[AutomountFolder]]:
+    """Each user's dot-folders that are not in the trash, by name (one query for all)."""
+    rows = await db.execute(
+        select(Folder.owner_user_id, Folder.id, Folder.name)
+        .where(
+            Folder.owner_user_id.in_(user_ids),
+            Folder.trashed_at.is_(None),
+            Folder.name.startswith(AUTOMOUNT_PREFIX, autoescape=True),
+        )
+        .order_by(Folder.name)
+    )
+    found: dict[str, list[AutomountFolder]] = {}
+    for owner, folder_id, name in rows:
+        if owner is not None and is_automount(name):
+            found.setdefault(owner, []).append(AutomountFolder(folder_id, name))
+    return found
 
 
 def _owner_key(kind: str, ident: str) -> str:
@@ -197,7 +234,7 @@ class FolderService:
                     await db.execute(select(Project).where(Project.name == project))
                 ).scalar_one_or_none()
                 if row is None:
-                    raise Invalid(f"no project {project!r}", field="project")
+                    raise NotFound(f"no project {project!r}", field="project")
                 if (
                     not principal.is_admin
                     and await db.get(ProjectMember, (row.id, principal.user_id)) is None
@@ -340,9 +377,9 @@ class FolderService:
                 raise Forbidden(f"only the owners of folder {folder.name!r} share it")
             target = (await db.execute(select(User).where(User.name == user))).scalar_one_or_none()
             if target is None:
-                raise Invalid(f"no user {user!r}", field="user")
+                raise NotFound(f"no user {user!r}", field="user")
             if target.id == folder.owner_user_id:
-                raise Invalid(f"{user} owns folder {folder.name!r}", field="user")
+                raise Conflict(f"{user} owns folder {folder.name!r}", field="user")
             row = await db.get(FolderShare, (folder.id, target.id))
             if perm is None:
                 if row is None:
@@ -406,22 +443,25 @@ class FolderService:
         asked: list[Any],
         *,
         automount: bool,
+        automounted: Sequence[AutomountFolder] | None = None,
     ) -> list[dict[str, Any]]:
         """The folders a new session mounts, resolved to ids, each checked.
 
         *asked*: ``FolderMount`` specs (name, target, read_only). A folder held read-only
         is mounted read-only. The caller's dot-folders are added unless *automount* is off
-        or they are asked for already. Refused: unknown or trashed folders, two mounts on
-        one target, and writable mounts of an owner over its byte quota.
+        or they are asked for already (*automounted*: those the caller read already, as
+        session creates do through ``lookups.py``; else they are read here). Refused:
+        unknown or trashed folders, two mounts on one target, and writable mounts of an
+        owner over its byte quota.
         """
         items: list[dict[str, Any]] = []
         for i, spec in enumerate(asked):
             try:
                 folder, perm = await self.resolve(db, principal, spec.name, lock=False)
             except (NotFound, Conflict) as exc:
-                raise Invalid(exc.detail, field=f"folders.{i}.name") from None
+                raise type(exc)(exc.detail, field=f"folders.{i}.name") from None
             if folder.trashed_at is not None:
-                raise Invalid(f"folder {spec.name!r} is in the trash", field=f"folders.{i}.name")
+                raise Conflict(f"folder {spec.name!r} is in the trash", field=f"folders.{i}.name")
             target = spec.target or posixpath.join(MOUNT_BASE, folder.name)
             items.append(
                 {
@@ -432,26 +472,6 @@ class FolderService:
                     "automount": False,
                 }
             )
-        if automount:
-            chosen = {item["id"] for item in items}
-            rows = await db.execute(
-                select(Folder).where(
-                    Folder.owner_user_id == principal.user_id,
-                    Folder.trashed_at.is_(None),
-                    Folder.name.startswith(AUTOMOUNT_PREFIX, autoescape=True),
-                )
-            )
-            for folder in rows.scalars():
-                if is_automount(folder.name) and folder.id not in chosen:
-                    items.append(
-                        {
-                            "id": folder.id,
-                            "name": folder.name,
-                            "target": posixpath.join(MOUNT_BASE, folder.name),
-                            "read_only": False,
-                            "automount": True,
-                        }
-                    )
         if items:  # a folder moved to the trash meanwhile waits for this transaction
             ids = [item["id"] for item in items]
             trashed = await db.execute(
@@ -460,7 +480,23 @@ class FolderService:
                 .with_for_update(read=True)
             )
             for name in trashed.scalars():
-                raise Invalid(f"folder {name!r} is in the trash", field="folders")
+                raise Conflict(f"folder {name!r} is in the trash", field="folders")
+        if automount:  # read with trashed_at IS NULL: no second look needed
+            chosen = {item["id"] for item in items}
+            if automounted is None:
+                found = await automount_folders(db, [principal.user_id])
+                automounted = found.get(principal.user_id, [])
+            for dot in automounted:
+                if dot.id not in chosen:
+                    items.append(
+                        {
+                            "id": dot.id,
+                            "name": dot.name,
+                            "target": posixpath.join(MOUNT_BASE, dot.name),
+                            "read_only": False,
+                            "automount": True,
+                        }
+                    )
         targets = [item["target"] for item in items]
         for i, target in enumerate(targets):
             if targets.index(target) != i:

@@ -77,7 +77,7 @@ class HookService:
             try:
                 template = await find_template(db, principal, spec.template)
             except NotFound as exc:
-                raise Invalid(exc.detail, field="template") from None
+                raise NotFound(exc.detail, field="template") from None
         row = HookTrigger(
             name=spec.name,
             owner_id=principal.user_id,

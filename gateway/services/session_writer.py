@@ -105,12 +105,13 @@ class SessionWriter:
 
     async def _insert(self, batch: list[NewSessions]) -> None:
         params = [row for new in batch for row in new.rows]
-        async with self.db() as db, db.begin():
+        async with self.db() as session, session.begin():
+            db = await session.connection()  # Core statements: no ORM bookkeeping
             stamped = await db.execute(
-                _insert_sessions(db), params if len(params) > 1 else params[0]
+                _insert_sessions(session), params if len(params) > 1 else params[0]
             )
-            for row, (now,) in zip(params, stamped, strict=True):
-                row["created_at"] = row["status_changed_at"] = now
+            for row, (created, changed) in zip(params, stamped, strict=True):
+                row["created_at"], row["status_changed_at"] = created, changed
             history: list[dict[str, Any]] = []
             kernels: list[dict[str, Any]] = []
             deps: list[dict[str, Any]] = []
@@ -147,8 +148,10 @@ _STATEMENTS: dict[str, Executable] = {}
 
 
 def _insert_sessions(db: AsyncSession) -> Executable:
-    """INSERT ... RETURNING created_at, each row stamped by the database's clock: compiled
-    once per dialect, bound parameters per row (no ORM bookkeeping on the hot path)."""
+    """INSERT ... RETURNING both stamps, each row's from the database's clock (read twice:
+    PostgreSQL's ``clock_timestamp()`` moves between them, and the answer must say what
+    was stored): compiled once per dialect, bound parameters per row (no ORM bookkeeping
+    on the hot path)."""
     dialect = db.get_bind().dialect.name
     statement = _STATEMENTS.get(dialect)
     if statement is None:
@@ -156,7 +159,9 @@ def _insert_sessions(db: AsyncSession) -> Executable:
         statement = _STATEMENTS[dialect] = (
             insert(SESSIONS)
             .values(created_at=now, status_changed_at=now)
-            .returning(SESSIONS.c.created_at, sort_by_parameter_order=True)
+            .returning(
+                SESSIONS.c.created_at, SESSIONS.c.status_changed_at, sort_by_parameter_order=True
+            )
         )
     return statement
 

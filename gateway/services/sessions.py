@@ -4,8 +4,11 @@
 Each public function does its Redis side effects (schedule request, stop jobs, live
 events) only after its commit, so a failed request leaves no half-written row and no job
 pointing at a row that does not exist. Terminate owns its transaction; create checks
-first (reads) and hands its rows to ``SessionWriter``, which commits them together with
-whatever other creates are waiting (group commit, ``session_writer.py``).
+first - what nearly every create reads comes from one read shared with the creates
+waiting beside it (``lookups.py``), the rest from caches or, only when the request asks
+for it (a name, a project, folders, dependencies, a key), a session of its own - and
+hands its rows to ``SessionWriter``, which commits them together with whatever other
+creates are waiting (group commit, ``session_writer.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -39,8 +44,9 @@ from gateway.db.models import (
     Session,
     StatusHistory,
     new_id,
+    transient,
 )
-from gateway.domain.errors import Conflict, Forbidden, Invalid, QuotaExceeded
+from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound, QuotaExceeded
 from gateway.domain.feasibility import NodeShape, check_feasible
 from gateway.domain.requests import SessionCreate
 from gateway.domain.signatures import new_secret
@@ -56,6 +62,7 @@ from gateway.scheduler.snapshot import group_config
 from gateway.services.blobs import BlobStore
 from gateway.services.folders import FolderService
 from gateway.services.idempotency import replayed
+from gateway.services.lookups import Ask, Facts, Lookups
 from gateway.services.session_writer import NewSessions, SessionWriter
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
@@ -72,8 +79,36 @@ ARRAY_SIZE_ENV = "JOBGATE_ARRAY_SIZE"
 NAMES_PER_QUERY = 1000  # an array's names are checked this many at a time
 POLICY_CACHE_S = 5.0
 SHAPES_CACHE_S = 10.0  # node shapes per group (feasibility at submit); refusals re-read
+FEASIBLE_CACHE_ENTRIES = 1000  # requests that passed on those shapes, remembered
 BUILTIN_SLOTS = frozenset({CPU, MEM, "cuda.device", "cuda.shares", "rocm.device", "tpu.device"})
 S = SessionStatus
+#: what a new kernel row holds besides its ids (the database's defaults), for the answer
+NEW_KERNEL: dict[str, Any] = dict(
+    status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={}
+)
+
+
+#: the session a check reads with, opened on first use (``OnDemand``)
+Reads = Callable[[], AsyncSession]
+
+
+class OnDemand:
+    """A create's own database session, opened the first time a check asks for it: most
+    creates read only what is cached or shared (``lookups.py``), and an unused session
+    still costs some 50 µs to make and close."""
+
+    def __init__(self, factory: SessionFactory) -> None:
+        self.factory = factory
+        self._db: AsyncSession | None = None
+
+    def __call__(self) -> AsyncSession:
+        if self._db is None:
+            self._db = self.factory()
+        return self._db
+
+    async def aclose(self) -> None:
+        if self._db is not None:
+            await self._db.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +138,14 @@ class SessionService:
         self.pool = pool
         self.schedule = ScheduleRequests(pool)
         self.writer = SessionWriter(db)
+        self.lookups = Lookups(db)
         self.settings = settings
         self.defaults = ResourceSlots.parse({CPU: "0.5", MEM: "512m"})
         self._slots_cache: tuple[float, frozenset[str]] = (0.0, BUILTIN_SLOTS)
         self._limits_cache: tuple[float, dict[tuple[str, str], int]] = (-POLICY_CACHE_S, {})
         self._shapes_cache: tuple[float, dict[str, list[NodeShape]]] = (-SHAPES_CACHE_S, {})
+        #: (group, image, resources) that passed on the cached shapes -> the image
+        self._passed: dict[tuple[str, str | None, frozenset[Any]], str | None] = {}
 
     # -- create -----------------------------------------------------------------------
     async def create(
@@ -116,13 +154,29 @@ class SessionService:
         # the hash only serves replays: a request without a key has none to compare
         digest = request_hash(body) if idempotency_key else ""
         self._check_sizes(body)
+        limits = await self._pending_limits()
+        # what most creates read, shared with concurrent ones (before this request holds
+        # a connection of its own: waiting for the shared read while holding one could
+        # starve the pool)
+        facts = await self.lookups.fetch(
+            Ask(
+                principal.user_id,
+                body.resource_group,
+                image=body.image or (self.settings.default_image or None),
+                automount=self.folders is not None and body.automount,
+                pending=bool(limits),
+            )
+        )
         try:
-            async with self.db() as db:  # reads (most are cached): no transaction needed
+            # the rest: reads, no transaction; most creates need none of them
+            async with aclosing(OnDemand(self.db)) as reads:
                 if idempotency_key:
-                    replay = await replayed(db, Session, principal, idempotency_key, digest)
+                    replay = await replayed(reads(), Session, principal, idempotency_key, digest)
                     if replay is not None:
                         return Created(replay, created=False)
-                new, project = await self._prepare(db, principal, body, idempotency_key, digest)
+                new, project = await self._prepare(
+                    reads, principal, body, idempotency_key, digest, facts, limits
+                )
             await self.writer.write(new)  # group commit with concurrent creates
         except IntegrityError:
             # a concurrent request won the race: with the same key, answer with its
@@ -134,11 +188,8 @@ class SessionService:
                         return Created(replay, created=False)
                 await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
             raise
-        session = Session(**new.rows[0])  # a transient copy of the first row, for the answer
-        kernels = [
-            Kernel(**row, status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
-            for row in new.kernels[: body.cluster_size]
-        ]
+        session = transient(Session, new.rows[0])  # the first row, for the answer
+        kernels = [transient(Kernel, row | NEW_KERNEL) for row in new.kernels[: body.cluster_size]]
         details = SessionDetails(session, kernels, list(body.depends_on), principal.name, project)
         await self.schedule.request(session.resource_group)
         return Created(session, created=True, details=details)
@@ -149,9 +200,9 @@ class SessionService:
         """An endpoint replica's request, checked as a session's would be (sizes, working
         dir, resources, feasibility, group): its slots with the defaults, and its image."""
         self.check_request(body)
-        resources = await self._resources(db, body.resources)
-        image = await self._feasible(db, body, resources)
-        await self._check_group(db, body)
+        resources = await self._resources(lambda: db, body.resources)
+        image = await self._feasible(lambda: db, body, resources)
+        self._check_group(await db.get(ResourceGroup, body.resource_group), body)
         return resources, image
 
     def check_request(self, body: SessionCreate) -> None:
@@ -180,8 +231,6 @@ class SessionService:
             )
         if body.type == "batch" and not body.command and not body.image:
             raise Invalid("a batch session needs a command", field="command")
-        if body.command and not body.command[0].strip():
-            raise Invalid("the command's first word is empty", field="command")
         if body.callback_url is not None:
             refusal = check_url(body.callback_url, self.settings.webhook_networks)
             if refusal:
@@ -190,7 +239,7 @@ class SessionService:
         for i, mount in enumerate(body.mounts):
             if not within_roots(mount.source, roots):
                 allowed = ", ".join(roots) or "none are configured (JOBGATE_ALLOWED_MOUNT_ROOTS)"
-                raise Invalid(
+                raise Forbidden(
                     f"{mount.source} is outside the host paths sessions may mount ({allowed})",
                     field=f"mounts.{i}.source",
                 )
@@ -200,34 +249,33 @@ class SessionService:
         if body.working_dir is None:
             return
         if self.blobs is None or not self.blobs.exists(body.working_dir, touch=True):
-            raise Invalid(
+            raise NotFound(
                 f"no blob {body.working_dir}: upload it first (PUT /v1/blobs/{body.working_dir})",
                 field="working_dir",
             )
 
-    async def _resources(
-        self, db: AsyncSession, raw: dict[str, str | int | float]
-    ) -> ResourceSlots:
+    async def _resources(self, reads: Reads, raw: dict[str, str | int | float]) -> ResourceSlots:
         try:
             slots = ResourceSlots.parse(raw)
         except InvalidResource as exc:
             raise Invalid(exc.message, field=f"resources.{exc.slot}") from None
-        known = await self._known_slots(db)
+        known = await self._known_slots(reads)
         for name in slots:
             if name not in known:
-                raise Invalid(
-                    f"unknown resource {name!r} (known: {', '.join(sorted(known))})",
+                raise Conflict(
+                    f"unknown resource {name!r}: no node has it "
+                    f"(known: {', '.join(sorted(known))})",
                     field=f"resources.{name}",
                 )
         missing = {k: v for k, v in self.defaults.items() if k not in raw}
         return slots + ResourceSlots(missing)
 
-    async def _known_slots(self, db: AsyncSession) -> frozenset[str]:
+    async def _known_slots(self, reads: Reads) -> frozenset[str]:
         stamp, cached = self._slots_cache
         if time.monotonic() - stamp < 10:
             return cached
         found: set[str] = set(BUILTIN_SLOTS)
-        for (capacity,) in await db.execute(select(Node.capacity)):
+        for (capacity,) in await reads().execute(select(Node.capacity)):
             found.update(capacity)
         known = frozenset(found)
         self._slots_cache = (time.monotonic(), known)
@@ -235,26 +283,32 @@ class SessionService:
 
     async def _prepare(
         self,
-        db: AsyncSession,
+        reads: Reads,
         principal: Principal,
         body: SessionCreate,
         key: str | None,
         digest: str,
+        facts: Facts,
+        limits: dict[tuple[str, str], int],
     ) -> tuple[NewSessions, str | None]:
-        """Check the request and build its rows (one session, or an array's)."""
+        """Check the request and build its rows (one session, or an array's); *facts*
+        and *limits* were read for it, *reads* opens a session for what else it asks."""
         self._check_working_dir(body)  # after a replay: an old key answers even if GC ran
         rows = _array_rows(body)
-        await self._check_names(db, principal, [name for name, _ in rows])
-        resources = await self._resources(db, body.resources)
-        await check_usable(db, principal, body.image)  # another user's private one: 404
-        image = await self._feasible(db, body, resources)
-        project_id = await self._project(db, principal, body.project)
-        await self._check_group(db, body)
-        await self._check_pending(db, principal, project_id, body.project, len(rows))
-        folders = await self._folders(db, principal, body)
+        if body.name is not None:
+            await self._check_names(reads(), principal, [name for name, _ in rows])
+        resources = await self._resources(reads, body.resources)
+        check_usable(principal, body.image, facts.image)  # another user's private one: 404
+        image = await self._feasible(reads, body, resources)
+        project_id = await self._project(reads(), principal, body.project) if body.project else None
+        self._check_group(facts.group, body)
+        await self._check_pending(
+            reads, principal, project_id, body.project, len(rows), facts, limits
+        )
+        folders = await self._folders(reads, principal, body, facts)
         starts_at = body.starts_at
         if isinstance(starts_at, timedelta):
-            starts_at = await db_now(db) + starts_at
+            starts_at = await db_now(reads()) + starts_at
         common: dict[str, Any] = dict(
             owner_id=principal.user_id,
             project_id=project_id,
@@ -283,7 +337,7 @@ class SessionService:
             request_hash=digest or None,
             idle_timeout_s=body.idle_timeout,
             max_retries=body.max_retries,
-            apps=await self._registered_apps(db, body),
+            apps=self._registered_apps(body, facts.image),
             callback_url=body.callback_url,
             callback_secret=(body.callback_secret or new_secret()) if body.callback_url else None,
             pending_reason="waiting for the scheduler",
@@ -304,7 +358,8 @@ class SessionService:
             for i, row in enumerate(params):
                 row.update(array_id=first, array_index=i, array_size=len(params))
                 row["env"] = row["env"] | _array_env(first, i, len(params))
-        await self._check_dependencies(db, principal, body)
+        if body.depends_on:
+            await self._check_dependencies(reads(), principal, body)
         new = NewSessions(
             params,
             body.cluster_size,
@@ -315,25 +370,33 @@ class SessionService:
         return new, body.project if project_id else None
 
     async def _folders(
-        self, db: AsyncSession, principal: Principal, body: SessionCreate
+        self, reads: Reads, principal: Principal, body: SessionCreate, facts: Facts
     ) -> list[dict[str, Any]]:
         if self.folders is None:
             if body.folders:
                 raise Invalid("this gateway has no data folders", field="folders")
             return []
-        return await self.folders.mounts_for(db, principal, body.folders, automount=body.automount)
+        if not body.folders and not facts.automount:
+            return []  # nothing to resolve or check
+        return await self.folders.mounts_for(
+            reads(), principal, body.folders, automount=body.automount, automounted=facts.automount
+        )
 
     async def _feasible(
-        self, db: AsyncSession, body: SessionCreate, resources: ResourceSlots
+        self, reads: Reads, body: SessionCreate, resources: ResourceSlots
     ) -> str | None:
         """Refuse what no node of the group could ever run; return the session's image.
 
         The group's node shapes are cached; a refusal is only given after a fresh read,
-        so a node that registered a moment ago is never overlooked.
+        so a node that registered a moment ago is never overlooked. What passed is
+        remembered until the shapes are read again (most requests ask the same).
         """
         group = body.resource_group
+        passed = (group, body.image, frozenset(resources.items()))
+        if passed in self._passed and time.monotonic() - self._shapes_cache[0] < SHAPES_CACHE_S:
+            return self._passed[passed]
         for fresh in (False, True):
-            shapes = await self._shapes(db, group, fresh=fresh)
+            shapes = await self._shapes(reads, group, fresh=fresh)
             image = body.image
             processes_only = bool(shapes) and all(s.images == "ignored" for s in shapes)
             if image is None and not processes_only:  # a default image means nothing there
@@ -344,14 +407,17 @@ class SessionService:
                 if fresh:
                     raise
                 continue
+            if shapes and len(self._passed) < FEASIBLE_CACHE_ENTRIES:  # none: nothing known
+                self._passed[passed] = image
             return image
         raise AssertionError("unreachable")
 
-    async def _shapes(self, db: AsyncSession, group: str, *, fresh: bool) -> list[NodeShape]:
+    async def _shapes(self, reads: Reads, group: str, *, fresh: bool) -> list[NodeShape]:
         stamp, cached = self._shapes_cache
         if fresh or time.monotonic() - stamp >= SHAPES_CACHE_S or group not in cached:
-            cached = await self._load_shapes(db)
+            cached = await self._load_shapes(reads())
             self._shapes_cache = (time.monotonic(), cached)
+            self._passed = {}
         return cached.get(group, [])
 
     async def _load_shapes(self, db: AsyncSession) -> dict[str, list[NodeShape]]:
@@ -406,7 +472,7 @@ class SessionService:
             await db.execute(select(Project).where(Project.name == name))
         ).scalar_one_or_none()
         if project is None:
-            raise Invalid(f"no project {name!r}", field="project")
+            raise NotFound(f"no project {name!r}", field="project")
         if not principal.is_admin:
             member = await db.get(ProjectMember, (project.id, principal.user_id))
             if member is None:
@@ -415,19 +481,20 @@ class SessionService:
 
     async def _check_pending(
         self,
-        db: AsyncSession,
+        reads: Reads,
         principal: Principal,
         project_id: str | None,
         project: str | None,
-        adding: int = 1,
+        adding: int,
+        facts: Facts,
+        limits: dict[tuple[str, str], int],
     ) -> None:
-        """The max_pending policies of the user and the project (a soft limit under races);
-        an array must fit whole."""
-        limits = await self._pending_limits(db)
+        """The max_pending policies (*limits*) of the user and the project (a soft limit
+        under races); an array must fit whole. The user's count is in *facts*."""
         if not limits:
             return
         subjects: list[tuple[str, str, str, Any]] = [
-            ("user", principal.user_id, f"user {principal.name}", Session.owner_id)
+            ("user", principal.user_id, f"user {principal.name}", None)
         ]
         if project_id:
             subjects.append(("project", project_id, f"project {project}", Session.project_id))
@@ -435,60 +502,60 @@ class SessionService:
             limit = limits.get((scope, subject), limits.get((scope, DEFAULT_SUBJECT)))
             if limit is None:
                 continue
-            pending = (
-                await db.execute(
-                    select(func.count())
-                    .select_from(Session)
-                    .where(column == subject, Session.status == S.PENDING)
-                )
-            ).scalar_one()
+            pending = facts.pending
+            if column is not None:
+                pending = (
+                    await reads().execute(
+                        select(func.count())
+                        .select_from(Session)
+                        .where(column == subject, Session.status == S.PENDING)
+                    )
+                ).scalar_one()
             if pending + adding > limit:
                 more = f"; {adding} more do not fit" if adding > 1 else ""
                 raise QuotaExceeded(
                     f"quota: {label} already has {pending} of {limit} pending sessions{more}"
                 )
 
-    async def _pending_limits(self, db: AsyncSession) -> dict[tuple[str, str], int]:
+    async def _pending_limits(self) -> dict[tuple[str, str], int]:
         """(scope, subject) -> max_pending, re-read every few seconds (policies rarely change)."""
         stamp, cached = self._limits_cache
         if time.monotonic() - stamp < POLICY_CACHE_S:
             return cached
-        rows = await db.execute(
-            select(
-                ResourcePolicy.scope, ResourcePolicy.subject_id, ResourcePolicy.max_pending
-            ).where(ResourcePolicy.max_pending.is_not(None))
-        )
-        limits = {(scope, subject): limit for scope, subject, limit in rows if limit is not None}
+        async with self.db() as db:
+            rows = await db.execute(
+                select(
+                    ResourcePolicy.scope, ResourcePolicy.subject_id, ResourcePolicy.max_pending
+                ).where(ResourcePolicy.max_pending.is_not(None))
+            )
+            limits = {(scope, subject): n for scope, subject, n in rows if n is not None}
         self._limits_cache = (time.monotonic(), limits)
         return limits
 
-    async def _registered_apps(self, db: AsyncSession, body: SessionCreate) -> dict[str, Any]:
-        """An interactive session's apps from the image registry (else the worker reads
-        the image's own label once the image is on the node)."""
-        image = body.image or self.settings.default_image
-        if body.type != "interactive" or not image:
+    def _registered_apps(self, body: SessionCreate, row: Image | None) -> dict[str, Any]:
+        """An interactive session's apps from the image registry (*row*: its image's, else
+        the worker reads the image's own label once the image is on the node)."""
+        if body.type != "interactive" or row is None:
             return {}
-        row = await db.get(Image, image)
-        return dict(row.apps) if row is not None else {}
+        return dict(row.apps)
 
-    async def _check_group(self, db: AsyncSession, body: SessionCreate) -> None:
-        """The group exists, and allows the cluster the session asks for."""
+    def _check_group(self, row: ResourceGroup | None, body: SessionCreate) -> None:
+        """The group (*row*) exists, and allows the cluster the session asks for."""
         group = body.resource_group
-        row = await db.get(ResourceGroup, group)
         if row is None and group != "default":
-            raise Invalid(f"no resource group {group!r}", field="resource_group")
+            raise NotFound(f"no resource group {group!r}", field="resource_group")
         if body.cluster_size < 2:
             return
         config = group_config(row, self.settings)
         if body.cluster_size > config.max_cluster_size:
-            raise Invalid(
+            raise Conflict(
                 f"cluster_size {body.cluster_size} is above resource group {group}'s "
                 f"limit of {config.max_cluster_size}",
                 field="cluster_size",
             )
         if body.cluster_mode not in config.cluster_modes:
             allowed = ", ".join(config.cluster_modes) or "none"
-            raise Invalid(
+            raise Conflict(
                 f"resource group {group} does not allow {body.cluster_mode} clusters "
                 f"(allowed: {allowed})",
                 field="cluster_mode",
@@ -508,7 +575,7 @@ class SessionService:
         found = set((await db.execute(query)).scalars())
         unknown = [i for i in ids if i not in found]
         if unknown:
-            raise Invalid(f"no session {unknown[0]}", field="depends_on")
+            raise NotFound(f"no session {unknown[0]}", field="depends_on")
 
     # -- terminate --------------------------------------------------------------------
     async def terminate(

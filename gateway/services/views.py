@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal
 from gateway.db.models import Kernel, Project, Session, SessionDependency, StatusHistory, User
-from gateway.domain.errors import Invalid, NotFound
+from gateway.domain.errors import NotFound
 from gateway.domain.status import SessionStatus
 
 __all__ = ["SessionDetails", "details", "details_many", "get_owned", "list_page"]
@@ -57,7 +57,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         stamp, session_id = raw.split("|", 1)
         return datetime.fromisoformat(stamp), session_id
     except (ValueError, UnicodeDecodeError):
-        raise Invalid("the cursor is not one this API returned", field="cursor") from None
+        raise NotFound(
+            "no page at this cursor: it is not one this API returned", field="cursor"
+        ) from None
 
 
 async def list_page(

@@ -135,7 +135,7 @@ async def _project(db: AsyncSession, principal: Principal, name: str | None) -> 
         return None
     project = (await db.execute(select(Project).where(Project.name == name))).scalar_one_or_none()
     if project is None:
-        raise Invalid(f"no project {name!r}", field="project")
+        raise NotFound(f"no project {name!r}", field="project")
     member = await db.get(ProjectMember, (project.id, principal.user_id))
     if not principal.is_admin and member is None:
         raise Forbidden(f"{principal.name} is not a member of project {name!r}")

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from jobgate.commands.common import OutputOpt, client, parse_bytes, parse_pairs
-from jobgate.render import Output, age, out, print_json, slots_text, table
+from jobgate.render import Output, age, list_or_json, out, print_json, slots_text
 
 app = typer.Typer(
     help="Administration (needs an admin key; `bootstrap` makes the first).", no_args_is_help=True
@@ -70,13 +70,6 @@ def bootstrap(
     typer.echo(asyncio.run(admin_key(url, key_name=key_name)))
 
 
-def _show(value: Any, output: Output, columns: list[str], rows: list[list[str]]) -> None:
-    if output == Output.json:
-        print_json(value)
-    else:
-        table(columns, rows)
-
-
 def _fields(value: dict[str, str], output: Output, raw: Any) -> None:
     if output == Output.json:
         print_json(raw)
@@ -89,12 +82,11 @@ def _fields(value: dict[str, str], output: Output, raw: Any) -> None:
 @users.command("ls")
 def users_ls(output: OutputOpt = Output.table) -> None:
     """Every user, with their role."""
-    found = client().get("/v1/users")
-    _show(
-        found,
+    list_or_json(
+        client().get("/v1/users"),
         output,
         ["NAME", "ROLE", "CREATED"],
-        [[u["name"], u["role"], age(u["created_at"])] for u in found],
+        lambda u: [u["name"], u["role"], age(u["created_at"])],
     )
 
 
@@ -134,12 +126,11 @@ def users_key(
 @projects.command("ls")
 def projects_ls(output: OutputOpt = Output.table) -> None:
     """Every project and its members."""
-    found = client().get("/v1/projects")
-    _show(
-        found,
+    list_or_json(
+        client().get("/v1/projects"),
         output,
         ["PROJECT", "MEMBERS"],
-        [[p["name"], ", ".join(p["members"]) or "-"] for p in found],
+        lambda p: [p["name"], ", ".join(p["members"]) or "-"],
     )
 
 
@@ -191,12 +182,11 @@ def _policy_fields(p: dict[str, Any]) -> dict[str, str]:
 @policies.command("ls")
 def policies_ls(output: OutputOpt = Output.table) -> None:
     """Resource policies: per user or project, * for the default (- is unlimited)."""
-    found = client().get("/v1/policies")
-    _show(
-        found,
+    list_or_json(
+        client().get("/v1/policies"),
         output,
         ["SCOPE", "SUBJECT", "MAX SESSIONS", "MAX PENDING", "MAX SLOTS", "MAX FOLDER BYTES"],
-        [list(_policy_fields(p).values()) for p in found],
+        lambda p: list(_policy_fields(p).values()),
     )
 
 
@@ -264,15 +254,11 @@ def _group_fields(g: dict[str, Any]) -> dict[str, str]:
 @groups.command("ls")
 def groups_ls(output: OutputOpt = Output.table) -> None:
     """Resource groups, their node counts and scheduler pipelines."""
-    found = client().get("/v1/resource-groups")
-    _show(
-        found,
+    list_or_json(
+        client().get("/v1/resource-groups"),
         output,
         ["GROUP", "NODES", "SCHEDULER", "DESCRIPTION"],
-        [
-            [g["name"], str(g["nodes"]), json.dumps(g["scheduler"]), g["description"] or "-"]
-            for g in found
-        ],
+        lambda g: [g["name"], str(g["nodes"]), json.dumps(g["scheduler"]), g["description"] or "-"],
     )
 
 

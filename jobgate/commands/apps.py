@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import webbrowser
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from jobgate.commands.common import OutputOpt, client
-from jobgate.render import Output, err, out, print_json, stamp, table
+from jobgate.render import Output, err, list_or_json, out, print_json, stamp
 
 apps_app = typer.Typer(
     help="Apps of interactive sessions (Jupyter, code-server, ...).", no_args_is_help=True
@@ -26,13 +26,11 @@ def apps_ls(
 ) -> None:
     """The apps a session serves and whether they are ready."""
     api = client()
-    found = api.get(f"/v1/sessions/{api.resolve_session(session)}/apps")
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
+    list_or_json(
+        api.get(f"/v1/sessions/{api.resolve_session(session)}/apps"),
+        output,
         ["APP", "PROTOCOL", "PORT", "READY"],
-        [[a["name"], a["protocol"], str(a["port"]), "yes" if a["ready"] else "no"] for a in found],
+        lambda a: [a["name"], a["protocol"], str(a["port"]), "yes" if a["ready"] else "no"],
     )
 
 
@@ -58,23 +56,19 @@ def apps_open(
 @images_app.command("ls")
 def images_ls(output: OutputOpt = Output.table) -> None:
     """Images the gateway knows: registered apps, and your private (committed) images."""
-    found = client().get("/v1/images")
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
-        ["IMAGE", "VISIBILITY", "STATE", "APPS"],
-        [
-            [
-                i["name"],
-                i.get("visibility", "public")
-                + (f" ({i['owner']})" if i.get("visibility") == "private" else ""),
-                i.get("state", "ready"),
-                ", ".join(f"{n}:{a['protocol']}:{a['port']}" for n, a in i["apps"].items()),
-            ]
-            for i in found
-        ],
+    list_or_json(
+        client().get("/v1/images"), output, ["IMAGE", "VISIBILITY", "STATE", "APPS"], _image_row
     )
+
+
+def _image_row(i: dict[str, Any]) -> list[str]:
+    return [
+        i["name"],
+        i.get("visibility", "public")
+        + (f" ({i['owner']})" if i.get("visibility") == "private" else ""),
+        i.get("state", "ready"),
+        ", ".join(f"{n}:{a['protocol']}:{a['port']}" for n, a in i["apps"].items()),
+    ]
 
 
 ImageArg = Annotated[str, typer.Argument(help="The image reference, e.g. jobgate-jupyter:4.")]
@@ -100,7 +94,7 @@ def images_add(
 
 @images_app.command("rm")
 def images_rm(image: ImageArg, output: OutputOpt = Output.table) -> None:
-    """Forget the apps registered for an image."""
+    """Forget the apps registered for an image (admins), or delete a private image of yours."""
     client().delete(f"/v1/images/{image}")
     if output == Output.json:
         print_json({"name": image, "removed": True})

@@ -26,7 +26,7 @@ from jobgate.mlflow_models import (
     MODEL_SERVER_PORT,
     model_env,
 )
-from jobgate.render import Output, age, out, print_json, stamp, table
+from jobgate.render import Output, age, list_or_json, out, print_json, stamp, table
 from jobgate.workdir import send_working_dir
 
 __all__ = ["app"]
@@ -230,15 +230,19 @@ def list_endpoints(
     output: OutputOpt = Output.table,
 ) -> None:
     """Your endpoints."""
-    items = client().get("/v1/endpoints", params={"all": all_users})
-    if output == Output.json:
-        print_json(items)
-        return
-    rows = [
-        [e["name"], e["status"], _ready(e), str(e["revision"]), e["url"], age(e["created_at"])]
-        for e in items
-    ]
-    table(["NAME", "STATUS", "READY", "REV", "URL", "CREATED"], rows)
+    list_or_json(
+        client().get("/v1/endpoints", params={"all": all_users}),
+        output,
+        ["NAME", "STATUS", "READY", "REV", "URL", "CREATED"],
+        lambda e: [
+            e["name"],
+            e["status"],
+            _ready(e),
+            str(e["revision"]),
+            e["url"],
+            age(e["created_at"]),
+        ],
+    )
 
 
 @app.command("show")
@@ -266,7 +270,7 @@ def show(name: NameArg, output: OutputOpt = Output.table) -> None:
     for key, value in fields:
         out.print(f"[bold]{key:<{width}}[/]  {escape(str(value))}")
     table(
-        ["#", "REV", "STATE", "SESSION", "NODE", "READY", "IN FLIGHT", "REASON"],
+        ["#", "REV", "STATE", "SESSION", "NODE", "READY", "IN FLIGHT", "REQ/S", "REASON"],
         [
             [
                 str(r["index"]),
@@ -276,6 +280,7 @@ def show(name: NameArg, output: OutputOpt = Output.table) -> None:
                 r["node"] or "-",
                 "yes" if r["ready"] else "no",
                 str(r["in_flight"]),
+                f"{r['rps']:g}",
                 r["health"] or r["reason"] or "-",
             ]
             for r in e["replicas"]
@@ -446,21 +451,18 @@ def tokens_create(
 @tokens_app.command("ls")
 def tokens_list(name: NameArg, output: OutputOpt = Output.table) -> None:
     """The endpoint's tokens (never the tokens themselves)."""
-    items = client().get(f"/v1/endpoints/{segment(name)}/tokens")
-    if output == Output.json:
-        print_json(items)
-        return
-    rows = [
-        [
+    list_or_json(
+        client().get(f"/v1/endpoints/{segment(name)}/tokens"),
+        output,
+        ["ID", "NAME", "PREFIX", "EXPIRES", "STATE"],
+        lambda t: [
             t["id"],
             t["name"] or "-",
             t["prefix"] + "…",
             stamp(t["expires_at"]) if t["expires_at"] else "never",
             "revoked" if t["revoked_at"] else "active",
-        ]
-        for t in items
-    ]
-    table(["ID", "NAME", "PREFIX", "EXPIRES", "STATE"], rows)
+        ],
+    )
 
 
 @tokens_app.command("revoke")

@@ -22,7 +22,7 @@ from rich.progress import (
 
 from jobgate.client import ApiError, segment
 from jobgate.commands.common import OutputOpt, client
-from jobgate.render import Output, age, err, out, print_json, table
+from jobgate.render import Output, age, err, list_or_json, out, print_json
 from jobgate.transfer import Advance, download, plan_upload, upload
 from plugins.resources import format_size
 
@@ -91,15 +91,19 @@ def create(
 
 
 def _listing(output: Output, trashed: bool) -> None:
-    found = client().get("/v1/folders", params={"trashed": trashed})["items"]
-    if output == Output.json:
-        print_json(found)
-        return
-    rows = [
-        [f["name"], f["owner"], f["usage"], f["permission"], f["id"], age(f["created_at"])]
-        for f in found
-    ]
-    table(["NAME", "OWNER", "USAGE", "PERM", "ID", "CREATED"], rows)
+    list_or_json(
+        client().get("/v1/folders", params={"trashed": trashed})["items"],
+        output,
+        ["NAME", "OWNER", "USAGE", "PERM", "ID", "CREATED"],
+        lambda f: [
+            f["name"],
+            f["owner"],
+            f["usage"],
+            f["permission"],
+            f["id"],
+            age(f["created_at"]),
+        ],
+    )
 
 
 @app.command("ls")
@@ -119,14 +123,16 @@ def ls(
     entries = client().get(
         f"/v1/folders/{segment(folder)}/files", params={"path": path, "recursive": recursive}
     )["items"]
-    if output == Output.json:
-        print_json(entries)
-        return
-    rows = [
-        [e["type"], format_size(e["size"]) if e["type"] == "file" else "-", escape(e["path"])]
-        for e in entries
-    ]
-    table(["TYPE", "SIZE", "PATH"], rows)
+    list_or_json(
+        entries,
+        output,
+        ["TYPE", "SIZE", "PATH"],
+        lambda e: [
+            e["type"],
+            format_size(e["size"]) if e["type"] == "file" else "-",
+            escape(e["path"]),
+        ],
+    )
 
 
 @app.command("show")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from jobgate.commands.common import OutputOpt, client
-from jobgate.render import Output, age, out, print_json, slots_text, stamp, table
+from jobgate.render import Output, age, list_or_json, out, print_json, slots_text, stamp
 from plugins.resources import format_size
 
 app = typer.Typer(help="Nodes: capacity, allocation, devices, liveness.", no_args_is_help=True)
@@ -25,12 +25,11 @@ def _state(n: dict[str, Any]) -> str:
 @app.command("ls")
 def list_nodes(output: OutputOpt = Output.table) -> None:
     """Every node with what it has, what is free and whether it enforces limits."""
-    nodes = client().get("/v1/nodes")["items"]
-    if output == Output.json:
-        print_json(nodes)
-        return
-    rows = [
-        [
+    list_or_json(
+        client().get("/v1/nodes")["items"],
+        output,
+        ["NODE", "STATUS", "RUNTIME", "FREE", "CAPACITY", "KERNELS", "SEEN"],
+        lambda n: [
             n["id"],
             _state(n),
             n["runtime"],
@@ -38,10 +37,8 @@ def list_nodes(output: OutputOpt = Output.table) -> None:
             slots_text(n["capacity"]),
             str(n["running_kernels"]),
             age(n["last_seen_at"]),
-        ]
-        for n in nodes
-    ]
-    table(["NODE", "STATUS", "RUNTIME", "FREE", "CAPACITY", "KERNELS", "SEEN"], rows)
+        ],
+    )
 
 
 @app.command("show")

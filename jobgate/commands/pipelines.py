@@ -30,7 +30,7 @@ from jobgate.commands.run import (
     build_request,
     wait_for,
 )
-from jobgate.render import Output, age, command_text, err, print_json, short_id, stamp, table
+from jobgate.render import Output, age, command_text, err, list_or_json, print_json, short_id, stamp
 from jobgate.workdir import send_working_dir
 
 templates_app = typer.Typer(
@@ -119,20 +119,15 @@ def templates_create(
 @templates_app.command("ls")
 def templates_ls(output: OutputOpt = Output.table) -> None:
     """Your templates."""
-    found = client().get("/v1/templates")
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
+    list_or_json(
+        client().get("/v1/templates"),
+        output,
         ["NAME", "PARAMS", "COMMAND", "CREATED"],
-        [
-            [
-                t["name"],
-                _params(t) or "-",
-                command_text(t["session"].get("command")),
-                age(t["created_at"]),
-            ]
-            for t in found
+        lambda t: [
+            t["name"],
+            _params(t) or "-",
+            command_text(t["session"].get("command")),
+            age(t["created_at"]),
         ],
     )
 
@@ -249,13 +244,11 @@ def _trigger_row(t: dict[str, Any]) -> list[str]:
 @triggers_app.command("ls")
 def triggers_ls(output: OutputOpt = Output.table) -> None:
     """Your triggers (refused: deliveries with a missing or wrong signature)."""
-    found = client().get("/v1/triggers")
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
+    list_or_json(
+        client().get("/v1/triggers"),
+        output,
         ["NAME", "TEMPLATE", "SOURCE", "EVENTS", "BRANCHES", "REFUSED", "URL"],
-        [_trigger_row(t) for t in found],
+        _trigger_row,
     )
 
 
@@ -285,23 +278,18 @@ def triggers_deliveries(
     output: OutputOpt = Output.table,
 ) -> None:
     """Verified deliveries, newest first: verdict (started, filtered, rejected) and session."""
-    found = client().get(f"/v1/triggers/{segment(name)}/deliveries", params={"limit": limit})
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
+    list_or_json(
+        client().get(f"/v1/triggers/{segment(name)}/deliveries", params={"limit": limit}),
+        output,
         ["DELIVERY", "EVENT", "REF", "VERDICT", "SESSION", "REASON", "AT"],
-        [
-            [
-                d["delivery"],
-                d["event"],
-                d["ref"] or "-",
-                d["verdict"],
-                short_id(d["session_id"]) or "-",
-                d["detail"],
-                age(d["at"]),
-            ]
-            for d in found
+        lambda d: [
+            d["delivery"],
+            d["event"],
+            d["ref"] or "-",
+            d["verdict"],
+            short_id(d["session_id"]) or "-",
+            d["detail"],
+            age(d["at"]),
         ],
     )
 
@@ -336,21 +324,16 @@ def webhooks_create(
 @webhooks_app.command("ls")
 def webhooks_ls(output: OutputOpt = Output.table) -> None:
     """Your webhooks; a disabled one says why (its receiver answered 410)."""
-    found = client().get("/v1/webhooks")
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
+    list_or_json(
+        client().get("/v1/webhooks"),
+        output,
         ["ID", "URL", "EVENTS", "PROJECT", "STATE"],
-        [
-            [
-                w["id"],
-                w["url"],
-                ",".join(w["events"]),
-                w["project"] or "-",
-                f"disabled: {w['disabled_reason']}" if w["disabled_reason"] else "active",
-            ]
-            for w in found
+        lambda w: [
+            w["id"],
+            w["url"],
+            ",".join(w["events"]),
+            w["project"] or "-",
+            f"disabled: {w['disabled_reason']}" if w["disabled_reason"] else "active",
         ],
     )
 
@@ -379,23 +362,18 @@ def webhooks_deliveries(
     output: OutputOpt = Output.table,
 ) -> None:
     """Deliveries, newest first, with their attempts' HTTP status codes."""
-    found = client().get(f"/v1/webhooks/{segment(webhook)}/deliveries", params={"limit": limit})
-    if output == Output.json:
-        print_json(found)
-        return
-    table(
+    list_or_json(
+        client().get(f"/v1/webhooks/{segment(webhook)}/deliveries", params={"limit": limit}),
+        output,
         ["ID", "EVENT", "STATUS", "ATTEMPTS", "CODES", "LAST ERROR", "CREATED"],
-        [
-            [
-                d["id"],
-                d["type"],
-                d["status"],
-                str(d["attempts"]),
-                " ".join(str(a["status_code"] or "-") for a in d["log"]) or "-",
-                d["last_error"] or "-",
-                age(d["created_at"]),
-            ]
-            for d in found
+        lambda d: [
+            d["id"],
+            d["type"],
+            d["status"],
+            str(d["attempts"]),
+            " ".join(str(a["status_code"] or "-") for a in d["log"]) or "-",
+            d["last_error"] or "-",
+            age(d["created_at"]),
         ],
     )
 

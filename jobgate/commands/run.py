@@ -205,10 +205,12 @@ def follow_session(
     quiet: bool = False,
     job_stdout: TextIO | None = None,
     on_running: Any = None,
+    kernels: set[str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Stream status and output until the session ends.
 
     Returns the exit code to use and the last ``end`` event (empty if there was none).
+    *kernels*: only these kernels' output (None: every kernel's).
     With *cancel_on_interrupt* (``run``), Ctrl-C cancels the session; without it
     (``sessions logs -f``), Ctrl-C leaves and the session carries on.
     """
@@ -219,6 +221,8 @@ def follow_session(
         try:
             for event, data in api.follow(f"/v1/sessions/{session_id}/logs", follow="true"):
                 if event == "log":
+                    if kernels is not None and data.get("kernel") not in kernels:
+                        continue
                     progress.output_starts()
                     stdout = job_stdout or sys.stdout
                     stream = sys.stderr if data["stream"] in ("stderr", "system") else stdout

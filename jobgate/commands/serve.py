@@ -5,6 +5,7 @@ the common ones."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import urllib.parse
 from typing import Annotated, Any, TypeVar
@@ -74,6 +75,26 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
+#: the cyclic collector's first-generation threshold in a gateway (Python's default: 700)
+GC_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Move what start-up allocated (modules, the app, its routes and schemas) out of the
+    cyclic collector's reach (``gc.freeze``) and collect the young generation rarely.
+
+    A create allocates a few thousand short-lived objects (pydantic, SQLAlchemy, the ASGI
+    cycle); with Python's default thresholds the collector ran every few requests and,
+    now and then, walked every object the process holds - a pause that every request in
+    flight waited for. On ``benchmarks/api_create.py`` (32 clients, quiet 2-core machine):
+    1,099 -> 1,365 creates/s, p99 116 -> 36 ms, 0.86 -> 0.69 ms of CPU per create.
+    Reference cycles are still collected, only in larger batches."""
+    gc.collect()
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, second, third)
+
+
 @gateway_app.command("serve")
 def gateway_serve(
     host: Annotated[str, typer.Option(envvar="JOBGATE_HOST", help="Address to listen on.")] = (
@@ -94,6 +115,7 @@ def gateway_serve(
     settings = load_settings(GatewaySettings, "gateway")
     require("gateway", settings, "node_token", "proxy_secret")
     app = create_app(settings, run_events=not no_events)
+    tune_gc()
     typer.echo(
         f"jobgate gateway: listening on http://{host}:{port}, database "
         f"{redact(settings.effective_database_url)}, redis {redact(settings.redis_url)}"

@@ -29,13 +29,13 @@ from jobgate.render import (
     between,
     command_text,
     duration,
+    list_or_json,
     out,
     print_json,
     short_id,
     slots_text,
     stamp,
     status_text,
-    table,
 )
 from plugins.scheduling.reasons import short_reason
 
@@ -83,12 +83,11 @@ def list_sessions(
         params["status"] = [str(s) for s in status]
     if type_:
         params["type"] = str(type_)
-    page = client().get("/v1/sessions", params=params)
-    if output == Output.json:
-        print_json(page["items"])
-        return
-    rows = [
-        [
+    list_or_json(
+        client().get("/v1/sessions", params=params)["items"],
+        output,
+        ["ID", "NAME", "STATUS", "REASON", "NODE", "CLUSTER", "EXIT", "CREATED"],
+        lambda s: [
             short_id(s["id"]),
             s["name"] or "-",
             status_text(s["status"]),
@@ -97,10 +96,8 @@ def list_sessions(
             cluster_text(s),
             "-" if s["exit_code"] is None else str(s["exit_code"]),
             age(s["created_at"]),
-        ]
-        for s in page["items"]
-    ]
-    table(["ID", "NAME", "STATUS", "REASON", "NODE", "CLUSTER", "EXIT", "CREATED"], rows)
+        ],
+    )
 
 
 def cluster_text(s: dict[str, Any]) -> str:
@@ -196,7 +193,9 @@ def logs(
     session_id = api.resolve_session(session)
     wanted = _kernel_ids(api.get(f"/v1/sessions/{session_id}"), kernel)
     if follow:
-        code, _ = follow_session(api, session_id, cancel_on_interrupt=False, quiet=True)
+        code, _ = follow_session(
+            api, session_id, cancel_on_interrupt=False, quiet=True, kernels=wanted
+        )
         if code == 130:
             raise typer.Exit(code)
         return

@@ -7,7 +7,7 @@ asserts what a user would see (docs/cluster-sessions.md):
   resolve, ``ssh sub1 hostname`` with no prompt, ``mpirun`` across the three containers
   (an allreduce each rank checks), a second session that cannot reach the first's
   containers, ``sessions show``/``ls``/``logs --kernel sub1``, networks removed after;
-* bad input: 422 naming the field.
+* bad input: 422 naming the field (409 where the group's configuration refuses it).
 """
 
 from __future__ import annotations
@@ -201,18 +201,23 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
         time.sleep(0.2)
 
 
-def test_bad_cluster_requests_are_422_naming_the_field(stack: UpStack) -> None:
+def test_bad_cluster_requests_are_refused_naming_the_field(stack: UpStack) -> None:
     with _api(stack) as api:
         cases = [
-            ({"cluster_mode": "single-node"}, "cluster_mode"),
-            ({"cluster_size": 2}, "cluster_mode"),
-            ({"cluster_size": 2, "cluster_mode": "ring"}, "cluster_mode"),
-            ({"cluster_size": 17, "cluster_mode": "multi-node"}, "cluster_size"),
-            ({"cluster_size": 2, "cluster_mode": "single-node", "stop_when": "never"}, "stop_when"),
+            ({"cluster_mode": "single-node"}, 422, "cluster_mode"),
+            ({"cluster_size": 2}, 422, "cluster_mode"),
+            ({"cluster_size": 2, "cluster_mode": "ring"}, 422, "cluster_mode"),
+            # well-formed, over the group's limit as it is configured: 409
+            ({"cluster_size": 17, "cluster_mode": "multi-node"}, 409, "cluster_size"),
+            (
+                {"cluster_size": 2, "cluster_mode": "single-node", "stop_when": "never"},
+                422,
+                "stop_when",
+            ),
         ]
-        for extra, field in cases:
+        for extra, status, field in cases:
             r = api.post("/v1/sessions", json={"command": ["true"], "image": MPI, **extra})
-            assert r.status_code == 422, (extra, r.text)
+            assert r.status_code == status, (extra, r.text)
             assert field in r.text, (extra, r.text)
         assert (
             "limit of 16"
@@ -318,7 +323,7 @@ def test_multi_node_cluster_runs_mpi_across_two_network_namespaces(
                 "cluster_mode": "single-node",
             },
         )
-    assert refused.status_code == 422
+    assert refused.status_code == 409  # the group's configuration
     assert refused.json()["field"] == "cluster_mode"
     assert "does not allow single-node" in refused.json()["detail"]
     run = stack.cli(

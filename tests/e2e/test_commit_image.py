@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import Stack
+from needs import missing
 from oci_registry import registry_binary, serve_registry
 from podman import PodmanClient
 from podman_harness import PodmanNodes
@@ -43,10 +44,7 @@ pytestmark = pytest.mark.podman
 def registry(podman_socket: str, shared_dir: Path) -> Iterator[str]:  # noqa: F811
     binary = registry_binary()
     if binary is None:
-        why = "no docker-registry or openssl (scripts/build-test-images.sh registry)"
-        if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        missing("no docker-registry or openssl (scripts/build-test-images.sh registry)")
     with serve_registry(binary, shared_dir, podman_socket) as address:
         yield address
 

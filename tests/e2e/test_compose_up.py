@@ -9,23 +9,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from needs import missing
 
 pytestmark = pytest.mark.podman
 ROOT = Path(__file__).parents[2]
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
-    pytest.skip(what)
-
-
 @pytest.mark.timeout(900)  # the first run builds two images; later runs take ~1 min
 def test_compose_comes_up_healthy_and_runs_a_session() -> None:
     if os.getuid() != 0:
-        _missing("scripts/compose-up.sh runs as root (it runs podman-compose as the Podman user)")
+        missing("scripts/compose-up.sh runs as root (it runs podman-compose as the Podman user)")
     if shutil.which("podman") is None:
-        _missing("no podman (scripts/setup-podman.sh)")
+        missing("no podman (scripts/setup-podman.sh)")
     done = subprocess.run(
         [str(ROOT / "scripts" / "compose-up.sh")],
         capture_output=True,

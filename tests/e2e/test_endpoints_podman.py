@@ -251,3 +251,6 @@ def test_rolling_update_and_a_killed_replica_under_load(up: UpStack, endpoint: s
     assert after[0] > at_replacement[0]
     failed = [e for e in show(up)["events"] if e["kind"] == "replica-failed"]
     assert failed, "the controller did not note the failure"
+    # a SIGKILL is no OOM: the replica has a memory limit, but its cgroup saw no OOM kill
+    assert "killed by signal 9" in failed[0]["message"], failed[0]
+    assert "out of memory" not in failed[0]["message"], failed[0]

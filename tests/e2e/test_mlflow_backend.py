@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from needs import missing
 from podman import PodmanClient
 from up_harness import UpStack
 
@@ -114,10 +115,7 @@ def need_image(socket: str) -> None:
     with PodmanClient(base_url=socket) as client:
         if client.images.exists(IMAGE):
             return
-    what = f"no {IMAGE} (run scripts/build-test-images.sh mlflow)"
-    if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
-    pytest.skip(what)
+    missing(f"no {IMAGE} (run scripts/build-test-images.sh mlflow)")
 
 
 @pytest.fixture(scope="module")

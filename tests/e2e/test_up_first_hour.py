@@ -32,7 +32,7 @@ GPUS = {
 
 
 def refused(result: subprocess.CompletedProcess[str], *words: str) -> None:
-    """A 422 through the CLI: exit 1, one clear message naming the field, no traceback."""
+    """A refusal through the CLI: exit 1, one clear message naming the field, no traceback."""
     assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
     for word in words:
         assert word in result.stderr, result.stderr

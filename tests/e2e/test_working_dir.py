@@ -123,7 +123,7 @@ def test_process_runtime_runs_the_users_script_in_its_own_copy(up: UpStack, tmp_
     missing = "sha256:" + "0" * 64
     with api(up) as http:
         refused = http.post("/v1/sessions", json={"command": ["true"], "working_dir": missing})
-        assert refused.status_code == 422
+        assert refused.status_code == 404
         assert refused.json()["field"] == "working_dir"
         assert f"no blob {missing}" in refused.json()["detail"]
         lie = http.put(f"/v1/blobs/{missing}", content=b"not zeros")

@@ -32,7 +32,14 @@ async def check_blob(digest: Digest, principal: CurrentUser, state: State) -> Re
     "/{digest}",
     operation_id="blobs-upload",
     status_code=status.HTTP_201_CREATED,
+    response_class=Response,
     responses={200: {"description": "already stored; the body was not kept"}},
+    openapi_extra={
+        "requestBody": {
+            "description": "the bytes (a working directory's tar); their sha256 is *digest*",
+            "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
 )
 async def upload_blob(
     digest: Digest, request: Request, principal: CurrentUser, state: State

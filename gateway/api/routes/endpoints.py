@@ -96,6 +96,7 @@ def _details(settings: GatewaySettings, d: EndpointDetails) -> EndpointPublic:
             ready=bool(r.health and r.health.ready and r.session.status == "RUNNING"),
             health="" if r.health is None else r.health.reason,
             in_flight=r.in_flight,
+            rps=round(r.rps, 3),
             reason=r.session.pending_reason
             if r.session.status == "PENDING"
             else r.session.status_reason,

@@ -27,17 +27,24 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.requests import ClientDisconnect
 
-from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN, is_automount
+from contract.folders import (
+    FOLDER_ID_PATTERN,
+    FOLDER_NAME_PATTERN,
+    FOLDER_PATH_OR_ROOT_PATTERN,
+    FOLDER_PATH_PATTERN,
+    is_automount,
+)
 from gateway.api.deps import CurrentUser, State
 from gateway.auth import Principal
 from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound
-from gateway.domain.requests import Input
+from gateway.domain.requests import MAX_JSON_INT, Input
 from gateway.services.folderfs import Entry, Upload
 from gateway.services.folders import FolderView
 
 router = APIRouter(tags=["folders"])
 
 TUS_VERSION = "1.0.0"
+TUS_MEDIA = "application/offset+octet-stream"
 CHUNK = 1024 * 1024
 FolderRef = Annotated[
     str,
@@ -46,7 +53,14 @@ FolderRef = Annotated[
         description="the folder's name or id",
     ),
 ]
-FilePath = Annotated[str, Path(description="a path inside the folder", max_length=4096)]
+FilePath = Annotated[
+    str,
+    Path(
+        description="a path inside the folder",
+        max_length=4096,
+        json_schema_extra={"pattern": FOLDER_PATH_PATTERN},
+    ),
+]
 UploadId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
 Perm = Literal["ro", "rw", "wd"]
 
@@ -93,12 +107,12 @@ class ShareSet(Input):
 
 
 class MoveBody(Input):
-    source: str = Field(max_length=4096)
-    target: str = Field(max_length=4096)
+    source: str = Field(max_length=4096, json_schema_extra={"pattern": FOLDER_PATH_PATTERN})
+    target: str = Field(max_length=4096, json_schema_extra={"pattern": FOLDER_PATH_PATTERN})
 
 
 class PathBody(Input):
-    path: str = Field(max_length=4096)
+    path: str = Field(max_length=4096, json_schema_extra={"pattern": FOLDER_PATH_PATTERN})
 
 
 class EntryPublic(BaseModel):
@@ -241,7 +255,14 @@ async def list_files(
     folder: FolderRef,
     principal: CurrentUser,
     state: State,
-    path: Annotated[str, Query(max_length=4096, description="a directory or file")] = "",
+    path: Annotated[
+        str,
+        Query(
+            max_length=4096,
+            json_schema_extra={"pattern": FOLDER_PATH_OR_ROOT_PATTERN},
+            description="a directory or file",
+        ),
+    ] = "",
     recursive: bool = False,
 ) -> EntryList:
     """What a directory of the folder holds (symbolic links are shown, never followed)."""
@@ -403,10 +424,15 @@ async def create_upload(
     principal: CurrentUser,
     state: State,
     response: Response,
-    upload_length: Annotated[int, Header(alias="Upload-Length", ge=0, le=2**62)],
+    upload_length: Annotated[int, Header(alias="Upload-Length", ge=0, le=MAX_JSON_INT)],
     upload_metadata: Annotated[
-        str | None, Header(alias="Upload-Metadata", description="path <base64 of the path>")
-    ] = None,
+        str,
+        Header(
+            alias="Upload-Metadata",
+            description="path <base64 of the path>",
+            json_schema_extra={"pattern": r"^path [A-Za-z0-9+/]+={0,2}$"},
+        ),
+    ],
 ) -> UploadPublic:
     """Announce an upload of ``Upload-Length`` bytes to ``path``; PATCH its Location."""
     path = _metadata(upload_metadata).get("path")
@@ -448,6 +474,12 @@ async def upload_offset(upload_id: UploadId, principal: CurrentUser, state: Stat
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
     responses={415: {"description": "not application/offset+octet-stream"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {TUS_MEDIA: {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
 )
 async def append_upload(
     upload_id: UploadId,
@@ -455,10 +487,9 @@ async def append_upload(
     principal: CurrentUser,
     state: State,
     upload_offset: Annotated[int, Header(alias="Upload-Offset", ge=0)],
-    content_type: Annotated[str | None, Header(alias="Content-Type")] = None,
 ) -> Response:
     """Append the body at ``Upload-Offset`` (which must be what HEAD says)."""
-    if content_type != "application/offset+octet-stream":
+    if request.headers.get("content-type") != TUS_MEDIA:
         raise UnsupportedMedia("send the bytes as Content-Type: application/offset+octet-stream")
     upload = await _own_upload(state, principal, upload_id)
     await state.folders.access(principal, upload.folder_id, "rw")

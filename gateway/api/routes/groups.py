@@ -18,7 +18,7 @@ from gateway.api.deps import Admin, CurrentUser, DbSession, State
 from gateway.db.models import Node, ResourceGroup
 from gateway.domain.errors import Invalid
 from gateway.domain.patch import merge_patch
-from gateway.domain.requests import Input
+from gateway.domain.requests import NO_NUL, Input
 from gateway.scheduler.snapshot import group_config
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.pipeline import build_pipeline
@@ -29,7 +29,7 @@ GroupName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class GroupSet(Input):
-    description: str = Field(default="", max_length=500)
+    description: str = Field(default="", max_length=500, pattern=NO_NUL)
     scheduler: dict[str, Any] = Field(
         default_factory=dict,
         description='pipeline configuration, e.g. {"sequencer": "drf", "scorers": ["dispersed"]}',
@@ -37,7 +37,7 @@ class GroupSet(Input):
 
 
 class GroupPatch(Input):
-    description: str | None = Field(default=None, max_length=500)
+    description: str | None = Field(default=None, max_length=500, pattern=NO_NUL)
     scheduler: dict[str, Any] | None = Field(
         default=None, description="merged into the pipeline configuration key by key"
     )

@@ -6,20 +6,25 @@ An entry overrides the image's own ``jobgate.service-ports`` label. Known app na
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
-from pydantic import BaseModel, Field, field_validator
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 
 from contract.apps import with_defaults
 from gateway.api.deps import Admin, CurrentUser, DbSession
 from gateway.db.models import Image, User
-from gateway.domain.errors import Invalid, NotFound
+from gateway.domain.errors import Invalid
 from gateway.domain.requests import Input
-from gateway.domain.validation import valid_image_reference
-from gateway.images import visible_to
-from plugins.runtimes.base import parse_service_ports
+from gateway.domain.validation import IMAGE_PATTERN, valid_image_reference
+from gateway.images import forget, visible_to
+from plugins.runtimes.base import PORT_NAME_PATTERN, parse_service_ports
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
+#: checked by the route (naming the field); the pattern is for the OpenAPI document
+ImageName = Annotated[str, Path(json_schema_extra={"pattern": IMAGE_PATTERN, "maxLength": 255})]
 
 
 class AppDefinition(Input):
@@ -31,17 +36,38 @@ class AppDefinition(Input):
     strip_prefix: bool = False
 
 
+_PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_SERVICE_PORT = rf"{PORT_NAME_PATTERN}:(?:http|tcp):{_PORT}"
+#: ``name:protocol:port`` items, comma-separated (the label's grammar, strictly)
+SERVICE_PORTS_PATTERN = rf"^(?:{_SERVICE_PORT}(?:,{_SERVICE_PORT})*)?$"
+
+
 class ImageSet(Input):
+    # an entry serves at least one app: from service_ports, or apps
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"apps": {"minProperties": 1}}, "required": ["apps"]},
+                {
+                    "properties": {"service_ports": {"type": "string", "minLength": 1}},
+                    "required": ["service_ports"],
+                },
+            ]
+        }
+    )
+
     service_ports: str | None = Field(
-        default=None, description="jupyter:http:8888,code-server:http:8080 (as the label)"
+        default=None,
+        json_schema_extra={"pattern": SERVICE_PORTS_PATTERN},
+        description="jupyter:http:8888,code-server:http:8080 (as the label)",
     )
     apps: dict[str, AppDefinition] = Field(default_factory=dict)
 
     @field_validator("service_ports")
     @classmethod
     def _ports(cls, value: str | None) -> str | None:
-        if value is not None and value.strip() and not parse_service_ports(value):
-            raise ValueError("not a list of name:protocol:port")
+        if value is not None and not re.fullmatch(SERVICE_PORTS_PATTERN, value):
+            raise ValueError("not a list of name:protocol:port (protocol http or tcp)")
         return value
 
 
@@ -80,7 +106,7 @@ async def list_images(principal: CurrentUser, db: DbSession) -> list[ImagePublic
 
 
 @router.put("/{name:path}", operation_id="images-set", response_model=ImagePublic)
-async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> ImagePublic:
+async def set_image(name: ImageName, body: ImageSet, _: Admin, db: DbSession) -> ImagePublic:
     """Register the apps of an image (``service_ports``, and/or full ``apps`` definitions)."""
     if not valid_image_reference(name):
         raise Invalid(f"not an image reference: {name!r}", field="name")
@@ -108,11 +134,9 @@ async def set_image(name: str, body: ImageSet, _: Admin, db: DbSession) -> Image
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def delete_image(name: str, _: Admin, db: DbSession) -> Response:
-    """Forget an image's apps. 204 with no body (and no content type)."""
+async def delete_image(name: ImageName, principal: CurrentUser, db: DbSession) -> Response:
+    """Forget a public image's apps (admins), or delete a private image (its owner, admins;
+    another user's is a 404). 204 with no body (and no content type)."""
     async with db.begin():
-        row = await db.get(Image, name)
-        if row is None:
-            raise NotFound(f"no registered image {name!r}")
-        await db.delete(row)
+        await forget(db, principal, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

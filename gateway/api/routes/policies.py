@@ -23,9 +23,9 @@ from gateway.api.deps import Admin, DbSession
 from gateway.db.models import Project, ResourcePolicy, User
 from gateway.domain.errors import Invalid, NotFound
 from gateway.domain.patch import merge_patch
-from gateway.domain.requests import Input
+from gateway.domain.requests import MAX_JSON_INT, Input
 from gateway.scheduler.policy import DEFAULT_SUBJECT
-from plugins.resources import InvalidResource, ResourceSlots
+from plugins.resources import InvalidResource, ResourceSlots, slot_map_schema
 
 router = APIRouter(prefix="/v1/policies", tags=["policies"])
 
@@ -38,10 +38,12 @@ class PolicySet(Input):
     )
     max_pending: int | None = Field(default=None, ge=0, le=2**31 - 1, description="waiting at once")
     max_slots: dict[str, str | int | float] | None = Field(
-        default=None, description='total held, e.g. {"cpu": 16, "mem": "64g"}'
+        default=None,
+        json_schema_extra=slot_map_schema(zero=False),
+        description='total held, e.g. {"cpu": 16, "mem": "64g"}',
     )
     max_folder_bytes: int | None = Field(
-        default=None, ge=0, le=2**62, description="bytes its data folders may hold"
+        default=None, ge=0, le=MAX_JSON_INT, description="bytes its data folders may hold"
     )
     allow_commit: bool | None = Field(
         default=None, description="users: may commit their sessions to private images"
@@ -82,10 +84,12 @@ class PolicyPatch(Input):
     )
     max_pending: int | None = Field(default=None, ge=0, le=2**31 - 1, description="waiting at once")
     max_slots: dict[str, str | int | float | None] | None = Field(
-        default=None, description='merged slot by slot, e.g. {"cpu": 16, "mem": null}'
+        default=None,
+        json_schema_extra=slot_map_schema(zero=False, null=True),
+        description='merged slot by slot, e.g. {"cpu": 16, "mem": null}',
     )
     max_folder_bytes: int | None = Field(
-        default=None, ge=0, le=2**62, description="bytes its data folders may hold"
+        default=None, ge=0, le=MAX_JSON_INT, description="bytes its data folders may hold"
     )
     allow_commit: bool | None = Field(
         default=None, description="users: may commit their sessions to private images"

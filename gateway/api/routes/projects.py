@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.api.deps import Admin, CurrentUser, DbSession
 from gateway.db.models import Project, ProjectMember, User
-from gateway.domain.errors import Conflict, Invalid, NotFound
+from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.requests import Input
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"])
@@ -80,7 +80,7 @@ async def add_member(name: str, body: MemberAdd, _: Admin, db: DbSession) -> Pro
         project = await _project(db, name)
         user = (await db.execute(select(User).where(User.name == body.user))).scalar_one_or_none()
         if user is None:  # the project (the resource) exists: the body is what is wrong
-            raise Invalid(f"no user {body.user!r}", field="user")
+            raise NotFound(f"no user {body.user!r}", field="user")
         if await db.get(ProjectMember, (project.id, user.id)) is None:
             db.add(ProjectMember(project_id=project.id, user_id=user.id))
     return ProjectPublic(id=project.id, name=project.name, members=await _members(db, project.id))

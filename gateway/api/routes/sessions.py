@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from gateway.api.deps import CurrentUser, DbSession, State
-from gateway.api.render import public, render, render_many
+from gateway.api.render import created, render, render_many
 from gateway.api.routes.images import ImagePublic, image_view
 from gateway.api.schemas import SessionCreate, SessionList, SessionPublic
 from gateway.apps import last_activity
@@ -16,7 +16,7 @@ from gateway.db.models import User
 from gateway.domain.idle import idle_deadline, idle_timeout
 from gateway.domain.requests import SessionType
 from gateway.domain.status import SessionStatus
-from gateway.images import request_commit
+from gateway.images import IMAGE_NAME, request_commit
 from gateway.services.views import get_owned, list_page
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -33,26 +33,15 @@ async def create_session(
     body: SessionCreate,
     principal: CurrentUser,
     state: State,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
-) -> SessionPublic:
+) -> Response:
     """Queue a session. A repeated ``Idempotency-Key`` returns the first session (200).
 
     A ``name`` is unique among the caller's live sessions: a taken one is a 409 problem
     whose ``session`` is the live session that has it. With ``count`` it queues an array
     of that many sessions, all or none, and answers with its first (index 0); the others
     are listed with ``?array=`` its ``array_id`` (docs/arrays.md)."""
-    result = await state.sessions.create(principal, body, idempotency_key)
-    if not result.created:
-        response.status_code = status.HTTP_200_OK
-        response.headers["Idempotent-Replayed"] = "true"
-    response.headers["Location"] = f"/v1/sessions/{result.session.id}"
-    if result.details is not None:
-        view = public(result.details)
-        view.callback_secret = result.session.callback_secret  # shown once, at create
-        return view
-    async with state.db() as db:
-        return await render(db, result.session)
+    return await created(state, await state.sessions.create(principal, body, idempotency_key))
 
 
 @router.get("", operation_id="sessions-list", response_model=SessionList)
@@ -81,7 +70,7 @@ async def list_sessions(
     ] = None,
     all_users: Annotated[bool, Query(alias="all", description="admins: every user's")] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
+    cursor: Annotated[str | None, Query(max_length=512, pattern=r"^[A-Za-z0-9_-]+$")] = None,
 ) -> SessionList:
     """Newest first; follow ``next_cursor`` for the next page."""
     rows, next_cursor = await list_page(
@@ -114,12 +103,13 @@ async def get_session(
 
 
 class SessionCommit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    image: str | None = Field(
-        default=None,
-        max_length=255,
-        description="name:tag of the new image (required; in the cluster registry)",
-    )
+    # required, as the document says; checked after the session is found to be the
+    # caller's, so that someone else's session is the 404 of one that does not exist
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"required": ["image"]})
+    image: Annotated[
+        str | None,
+        WithJsonSchema({"type": "string", "maxLength": 255, "pattern": IMAGE_NAME.pattern}),
+    ] = Field(default=None, description="name:tag of the new image (in the cluster registry)")
 
 
 @router.post(

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Response, status
 from pydantic import BaseModel
 
 from gateway.api.deps import CurrentUser, State
-from gateway.api.render import public, render
+from gateway.api.render import created
 from gateway.api.schemas import SessionPublic
 from gateway.db.models import JobTemplate
 from gateway.domain.templates import TemplateCreate, TemplateParam, TemplateRun
@@ -84,20 +84,11 @@ async def run_template(
     body: TemplateRun,
     principal: CurrentUser,
     state: State,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
-) -> SessionPublic:
+) -> Response:
     """Submit the template's session with these parameters (``JOBGATE_PARAM_<NAME>``
     in its environment); unknown or missing parameters are a 422 naming them."""
     template = await state.templates.get(principal, name)
-    result = await state.templates.run(principal, template, body, idempotency_key)
-    response.headers["Location"] = f"/v1/sessions/{result.session.id}"
-    if not result.created:
-        response.status_code = status.HTTP_200_OK
-        response.headers["Idempotent-Replayed"] = "true"
-    if result.details is not None:
-        view = public(result.details)
-        view.callback_secret = result.session.callback_secret
-        return view
-    async with state.db() as db:
-        return await render(db, result.session)
+    return await created(
+        state, await state.templates.run(principal, template, body, idempotency_key)
+    )

@@ -12,13 +12,16 @@ from pydantic import BaseModel, Field
 
 from gateway.api.deps import CurrentUser, State
 from gateway.db.models import HookDelivery, HookTrigger
-from gateway.domain.requests import NAME_PATTERN, Input
+from gateway.domain.requests import NAME_PATTERN, NO_NUL, Input
 from gateway.services.hooks import TriggerSpec
 
 triggers = APIRouter(prefix="/v1/triggers", tags=["triggers"])
 hooks = APIRouter(prefix="/v1/hooks", tags=["triggers"])
 
 Source = Literal["github", "gitlab", "standard"]
+
+
+Branch = Annotated[str, Field(min_length=1, max_length=255, pattern=NO_NUL)]
 
 
 class TriggerCreate(Input):
@@ -28,7 +31,7 @@ class TriggerCreate(Input):
     events: list[Annotated[str, Field(pattern=r"^[a-z_.]{1,64}$")]] = Field(
         default_factory=list, max_length=32, description="e.g. push, pull_request; none: all"
     )
-    branches: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+    branches: list[Branch] = Field(
         default_factory=list, max_length=32, description="globs: main, release/*; none: all"
     )
 

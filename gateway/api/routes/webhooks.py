@@ -11,16 +11,23 @@ from pydantic import BaseModel, Field
 from gateway.api.deps import CurrentUser, State
 from gateway.db.models import Webhook
 from gateway.domain.requests import NAME_PATTERN, Input
-from gateway.domain.webhooks import EVENT_TYPES
+from gateway.domain.webhooks import EVENT_TYPES, URL_PATTERN
 from gateway.services.webhooks import DeliveryView
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
 
 class WebhookCreate(Input):
-    url: str = Field(max_length=2048, description="http(s) URL; non-public addresses refused")
+    url: str = Field(
+        max_length=2048,
+        json_schema_extra={"pattern": URL_PATTERN},
+        description="http(s) URL; non-public addresses refused",
+    )
     events: list[str] = Field(
-        min_length=1, max_length=len(EVENT_TYPES), description=", ".join(EVENT_TYPES)
+        min_length=1,
+        max_length=len(EVENT_TYPES),
+        json_schema_extra={"items": {"type": "string", "enum": list(EVENT_TYPES)}},
+        description=", ".join(EVENT_TYPES),
     )
     project: str | None = Field(
         default=None, pattern=NAME_PATTERN, description="every session of this project"

@@ -35,6 +35,8 @@ __all__ = [
     "compute_limits",
     "cpuset_text",
     "detect",
+    "oom_kill_file",
+    "oom_kills",
     "parse_proc_cgroup",
     "v1_writes",
 ]
@@ -137,6 +139,31 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = path
     return paths
+
+
+def oom_kill_file(root: Path, proc_cgroup: str) -> Path | None:
+    """The file that counts OOM kills in the memory cgroup of a process (its
+    ``/proc/PID/cgroup`` text): v1 ``memory.oom_control``, v2 ``memory.events``."""
+    paths = parse_proc_cgroup(proc_cgroup)
+    if "memory" in paths:
+        directory = _controller_dir(root, "memory") / paths["memory"].lstrip("/")
+        return directory / "memory.oom_control"
+    if "" in paths:
+        return root / paths[""].lstrip("/") / "memory.events"
+    return None
+
+
+def oom_kills(counter: Path) -> int | None:
+    """The ``oom_kill`` count in *counter* (None: the cgroup is gone, or no such line)."""
+    try:
+        text = counter.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def _below(path: str, parent: str) -> bool:

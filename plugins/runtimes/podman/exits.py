@@ -1,10 +1,12 @@
 """An exit code becomes an :class:`ExitStatus` with a reason a user can read.
 
-Rootless Podman on cgroup v1 never sets ``State.OOMKilled`` (no cgroup manager watches
-the container), so an out-of-memory kill is inferred: exit code 137 (SIGKILL, which is
-what the kernel's OOM killer sends; catatonit passes it on as 128 + 9) in a container
-that had a memory limit and that nobody asked to stop. A stop the worker requested
-also ends in 137 when the grace period runs out, hence the stop flag.
+Out of memory is said only on evidence: Podman's ``State.OOMKilled``, or (where Podman
+cannot tell: rootless on cgroup v1, whose limits the worker writes itself) an OOM kill
+counted by the container's own memory cgroup (``oom_kill`` in ``memory.oom_control``,
+or ``memory.events`` on v2; the runtime reads it the moment the container's process
+ends, before Podman removes the cgroup). An exit code of 137 alone is only a SIGKILL:
+a ``kill -9`` of the container's process, or a stop whose grace period ran out (hence
+the stop flag), must not read as an OOM.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 from plugins.resources import format_size
 from plugins.runtimes.base import ExitStatus
 
-__all__ = ["exit_status", "signal_name"]
+__all__ = ["SIGKILL_EXIT", "exit_status", "signal_name"]
 
 SIGKILL_EXIT = 128 + signal.SIGKILL
 
@@ -29,8 +31,9 @@ def signal_name(number: int) -> str:
 def exit_status(
     code: int, *, stop_requested: bool, mem_limit: int | None, oom_flag: bool = False
 ) -> ExitStatus:
-    """Map a container's exit code (and what the runtime knows about it) to an ExitStatus."""
-    if oom_flag or (code == SIGKILL_EXIT and mem_limit is not None and not stop_requested):
+    """Map a container's exit code (and what the runtime knows about it) to an ExitStatus;
+    *oom_flag*: Podman or the container's memory cgroup saw an out-of-memory kill."""
+    if oom_flag:
         limit = f" (limit {format_size(mem_limit)})" if mem_limit is not None else ""
         return ExitStatus(code, oom_killed=True, reason=f"out of memory{limit}")
     signo = code - 128 if 128 < code < 128 + 65 else None

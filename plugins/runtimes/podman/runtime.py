@@ -42,8 +42,17 @@ from plugins.runtimes.base import (
 )
 
 from .api import NameTaken, PodmanAPI, open_pidfd, peer_pid
-from .cgroups import CgroupSupport, LimitError, Limits, apply_v1, compute_limits, detect
-from .exits import exit_status
+from .cgroups import (
+    CgroupSupport,
+    LimitError,
+    Limits,
+    apply_v1,
+    compute_limits,
+    detect,
+    oom_kill_file,
+    oom_kills,
+)
+from .exits import SIGKILL_EXIT, exit_status
 from .handles import NEVER_STARTED, RUNNING, handle_from_inspect, handle_from_row
 from .settings import PodmanSettings
 from .spec import container_name, create_body
@@ -103,6 +112,8 @@ class PodmanRuntime:
         self._support: CgroupSupport | None = None
         self._stop_requested: set[str] = set()  # container ids
         self._exits: dict[str, asyncio.Task[tuple[int, bool]]] = {}
+        #: container id -> where its memory cgroup counts OOM kills (v1: noted at start)
+        self._oom_counters: dict[str, Path] = {}
         self._closed = False
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -278,6 +289,9 @@ class PodmanRuntime:
         def write() -> None:
             text = Path(f"/proc/{pid}/cgroup").read_text()
             apply_v1(self.settings.cgroup_root, text, self.settings.cgroup_parent, limits)
+            counter = oom_kill_file(self.settings.cgroup_root, text)
+            if counter is not None:
+                self._oom_counters[ref] = counter
 
         try:
             await self._run(write)
@@ -344,16 +358,27 @@ class PodmanRuntime:
         return task
 
     async def _watch_exit(self, ref: str) -> tuple[int, bool]:
-        """``(exit code, OOMKilled)`` once the container stopped.
+        """``(exit code, out of memory)`` once the container stopped.
 
         Podman's wait endpoint polls and answers 0.1-0.35 s late; a pidfd on the
         container's init process wakes the moment it ends, after which a few cheap
         inspects see Podman record the exit (~10-30 ms). Where no pidfd can be had (a
         remote socket, another pid namespace) the long-poll is the fallback.
+
+        Out of memory: Podman's ``OOMKilled``, or a SIGKILL exit while the container's
+        memory cgroup counted an OOM kill (read as soon as the process ended, before
+        Podman's clean-up removes the cgroup; rootless Podman on cgroup v1 never sets
+        ``OOMKilled``).
         """
         data = await self._inspect_now(ref)
+        counter = self._oom_counters.pop(ref, None)
+        watched = False
         if _running(data):
+            counter = counter or await self._run(self._oom_counter, data)
             watched = await _process_exit(data)
+        # at once: Podman's clean-up removes the cgroup soon after the process ended
+        killed_by_oom = counter is not None and bool(await self._run(oom_kills, counter))
+        if _running(data):
             for _ in range(_SETTLE_POLLS if watched else 0):
                 data = await self._inspect_now(ref)
                 if not _running(data):
@@ -364,7 +389,19 @@ class PodmanRuntime:
                 await self._streams.wait(ref, self.settings.wait_interval)
                 data = await self._inspect_now(ref)
         state = data.get("State") or {}
-        return int(state.get("ExitCode") or 0), bool(state.get("OOMKilled"))
+        code = int(state.get("ExitCode") or 0)
+        return code, bool(state.get("OOMKilled")) or (killed_by_oom and code == SIGKILL_EXIT)
+
+    def _oom_counter(self, data: dict[str, Any]) -> Path | None:
+        """Where the running container's memory cgroup counts its OOM kills, if readable."""
+        pid = int((data.get("State") or {}).get("Pid") or 0)
+        if pid <= 0:
+            return None
+        try:
+            text = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return None
+        return oom_kill_file(self.settings.cgroup_root, text)
 
     async def _inspect_now(self, ref: str) -> dict[str, Any]:
         """Inspect, retrying the errors Podman gives while a process is ending.
@@ -417,6 +454,7 @@ class PodmanRuntime:
             await self._run(self._api.kill, handle.ref, signal.SIGKILL)
         await self._run(self._api.remove, handle.ref)
         self._stop_requested.discard(handle.ref)
+        self._oom_counters.pop(handle.ref, None)
         task = self._exits.pop(handle.ref, None)
         if task is not None and not task.done():
             task.cancel()

@@ -154,6 +154,7 @@ async def test_routing_auth_streaming_and_reports(
     report = LoadReport.model_validate_json(raw)
     assert report.requests_total == served
     assert report.per_replica_in_flight == {"session-a": 0}
+    assert set(report.per_replica_rps) == {"session-a"}  # its req/s, for `endpoints show`
     assert report.in_flight == 0
     assert report.queued == 0
     assert time.time() - report.at < 5
@@ -401,7 +402,13 @@ async def test_hold_at_zero_wakes_once(proxy: Proxy, start_replica: StartReplica
         assert [replica_of(r) for r in answers] == ["a"] * 8
         assert endpoint.load.held == 8
         assert endpoint.load.rejected == 0
-        assert await _messages(pubsub) == []
+        # no second wake for the burst: the one message is the ready verdict's poke, which
+        # has the controller promote the replica at once (the verdict is stored first)
+        assert await _messages(pubsub) == [ENDPOINT_ID]
+        verdict = await health(proxy.redis, replica)
+        assert verdict is not None
+        assert verdict.ready
+        assert await proxy.redis.get(endpoint_wake_key(ENDPOINT_ID)) == woken_at
 
         # nobody answers the wake within wake_timeout_s: 503 with Retry-After
         await publish(proxy.redis, route(name="cold", endpoint_id="ep-cold", wake_timeout_s=0.3))

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -99,28 +97,6 @@ async def wait_reason(stack: Stack, session_id: str, says: str, timeout: float =
     raise AssertionError(f"{session_id} waits, but not because {says!r}: {session}")
 
 
-async def cli(stack: Stack, *args: str) -> str:
-    """``jobgate ARGS`` as a user runs it, against this stack; its standard output."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "jobgate",
-        *args,
-        env=os.environ
-        | {
-            "JOBGATE_URL": stack.url,
-            "JOBGATE_API_KEY": stack.admin_key,
-            "JOBGATE_CONFIG": str(stack.tmp / "no-profile.toml"),
-            "COLUMNS": "200",
-        },
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, f"jobgate {' '.join(args)}: {err.decode()}"
-    return out.decode()
-
-
 def devices_of(session: dict[str, Any]) -> dict[str, dict[str, str]]:
     (kernel,) = session["kernels"]
     devices: dict[str, dict[str, str]] = kernel["devices"]
@@ -199,14 +175,14 @@ async def test_cpus_are_pinned_on_the_numa_node_of_the_gpu(
     (kernel,) = running["kernels"]
     assert kernel["devices"] == {"cuda.shares": {"mock-cuda-0": "0.5"}}
     assert kernel["cpuset"] == [2, 3]
-    shown = await cli(stack, "sessions", "show", first["id"])
+    shown = await stack.cli("sessions", "show", first["id"])
     assert "devices cuda.shares: mock-cuda-0=0.5 | cpus 2,3" in shown
 
     # NUMA node 1 has no cpu left: the next session runs, unpinned, rather than waiting
     second = await stack.submit(command=HOLD, resources={"cpu": "1", "cuda.shares": "0.5"})
     (kernel,) = (await stack.wait_status(second["id"], {"RUNNING"}))["kernels"]
     assert kernel["cpuset"] is None
-    assert "cpus" not in await cli(stack, "sessions", "show", second["id"])
+    assert "cpus" not in await stack.cli("sessions", "show", second["id"])
     async with stack.client() as api:
         for s in (first, second):
             await api.delete(f"/v1/sessions/{s['id']}")
@@ -228,7 +204,7 @@ async def test_unenforced_fractions_wait_with_a_reason_until_allowed(
     s = await stack.submit(command=PRINT_ENV, resources={"cpu": "0.1", "cuda.shares": "0.5"})
     reason = await wait_reason(stack, s["id"], "without fraction enforcement")
     assert reason == "no node fits: 1 node without fraction enforcement"
-    shown = await cli(stack, "sessions", "show", s["id"])
+    shown = await stack.cli("sessions", "show", s["id"])
     assert "without fraction enforcement" in shown
 
     stack.settings.allow_unenforced_fractions = True  # the operator allows them
@@ -343,7 +319,7 @@ async def test_device_stats_from_the_heartbeat_in_the_api_and_the_cli(
             "memory_total": 16 * GiB,
         },
     ]
-    text = await cli(stack, "nodes", "show", "n1")
+    text = await stack.cli("nodes", "show", "n1")
     assert "bind_mounts           False" in text  # the process runtime's worker
     assert "device mock-cuda-0: Mock A 8GiB numa 0 cuda.device=1 healthy | util 42% mem 3GiB" in (
         text

@@ -15,7 +15,8 @@ CASES = [
     pytest.param({**GOOD, "command": [""]}, 422, "command", id="blank-command"),
     pytest.param({**GOOD, "resources": {"cpu": "-1"}}, 422, "resources.cpu", id="negative-cpu"),
     pytest.param({**GOOD, "resources": {"mem": "lots"}}, 422, "resources.mem", id="bad-size"),
-    pytest.param({**GOOD, "resources": {"gpu": "1"}}, 422, "resources.gpu", id="unknown-slot"),
+    # well-formed, but no node has it / nothing by that name exists: 409 / 404
+    pytest.param({**GOOD, "resources": {"gpu": "1"}}, 409, "resources.gpu", id="unknown-slot"),
     pytest.param({**GOOD, "resources": {"cpu": "NaN"}}, 422, "resources.cpu", id="nan"),
     pytest.param({**GOOD, "image": "Not A/Valid::Image"}, 422, "image", id="bad-image"),
     pytest.param({**GOOD, "env": {"X": "y" * 70_000}}, 422, "env", id="oversized-env"),
@@ -25,7 +26,7 @@ CASES = [
     pytest.param({**GOOD, "starts_at": "next tuesday"}, 422, "starts_at", id="bad-start"),
     pytest.param(
         {**GOOD, "mounts": [{"source": "/etc", "target": "/mnt/etc"}]},
-        422,
+        403,  # well-formed; the operator's roots do not allow it
         "mounts.0.source",
         id="mount-outside-roots",
     ),
@@ -35,9 +36,9 @@ CASES = [
         "mounts.0.source",
         id="relative-mount",
     ),
-    pytest.param({**GOOD, "resource_group": "nope"}, 422, "resource_group", id="unknown-group"),
-    pytest.param({**GOOD, "depends_on": ["0" * 36]}, 422, "depends_on", id="unknown-dependency"),
-    pytest.param({**GOOD, "project": "ghost"}, 422, "project", id="unknown-project"),
+    pytest.param({**GOOD, "resource_group": "nope"}, 404, "resource_group", id="unknown-group"),
+    pytest.param({**GOOD, "depends_on": ["0" * 36]}, 404, "depends_on", id="unknown-dependency"),
+    pytest.param({**GOOD, "project": "ghost"}, 404, "project", id="unknown-project"),
 ]
 
 

@@ -62,7 +62,8 @@ MATRIX: dict[str, str] = {
     "PATCH /v1/resource-groups/{name}": ADMIN,
     "GET /v1/images": USER,
     "PUT /v1/images/{name}": ADMIN,
-    "DELETE /v1/images/{name}": ADMIN,
+    # a private image its owner and admins (anyone else: 404); a public one admins (403)
+    "DELETE /v1/images/{name}": USER,
     "GET /v1/policies": ADMIN,
     "PUT /v1/policies/{scope}/{subject}": ADMIN,
     "PATCH /v1/policies/{scope}/{subject}": ADMIN,

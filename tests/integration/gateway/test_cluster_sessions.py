@@ -1,4 +1,5 @@
-"""Sessions of several kernels: one kernel's failure ends the session and stops the rest."""
+"""Sessions of several kernels: one kernel's failure ends the session and stops the rest;
+``jobgate logs --kernel`` shows one container's output, followed or not."""
 
 from __future__ import annotations
 
@@ -97,3 +98,31 @@ async def test_a_lost_node_ends_the_cluster_session_and_stops_its_kernel_elsewhe
     async with stack.client() as api:
         occupied = (await api.get("/v1/nodes/n2")).json()["occupied"]
     assert occupied.get("cpu", "0") in ("0", "0.0"), occupied
+
+
+async def test_logs_followed_or_not_show_the_chosen_kernels_output(stack: Stack) -> None:
+    await stack.start_worker("n1")
+    script = (
+        'echo "from $JOBGATE_CLUSTER_HOST"; [ "$JOBGATE_CLUSTER_HOST" = sub1 ] && exit 0; '
+        'sleep 2; echo "end of $JOBGATE_CLUSTER_HOST"'
+    )
+    session = await stack.submit(
+        command=["sh", "-c", script],
+        cluster_size=2,
+        cluster_mode="single-node",
+        stop_when="all-done",  # sub1's line is never cut short by main1's end
+        resources={"cpu": "0.5", "mem": "64m"},
+    )
+    sid = session["id"]
+    # followed from before the first line until the end, while the session runs
+    sub, main, every = await asyncio.gather(
+        stack.cli("logs", sid, "-f", "--kernel", "sub1"),
+        stack.cli("logs", sid, "-f"),
+        stack.cli("logs", sid, "-f", "--kernel", "all"),
+    )
+    assert (await stack.get(sid))["status"] == "SUCCEEDED"
+    assert sub == "from sub1\n"
+    assert main == "from main1\nend of main1\n"  # main1's, as without -f
+    assert sorted(every.splitlines()) == ["end of main1", "from main1", "from sub1"]
+    assert await stack.cli("logs", sid, "--kernel", "sub1") == sub
+    assert await stack.cli("logs", sid) == main

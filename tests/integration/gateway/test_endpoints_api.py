@@ -19,9 +19,10 @@ from harness import Stack
 from redis.asyncio import Redis
 from sqlalchemy import select, update
 
-from contract.endpoints import EndpointRoute, ReplicaHealth
+from contract.endpoints import EndpointRoute, LoadReport, ReplicaHealth
 from contract.keys import (
     ENDPOINT_WAKE_CHANNEL,
+    endpoint_load_key,
     endpoint_ready_key,
     endpoint_route_key,
     endpoint_wake_key,
@@ -58,7 +59,6 @@ async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) 
         ({**BODY, "probe": {"path": "ping"}}, "probe"),
         ({**BODY, "image": "NOT AN IMAGE"}, "image"),
         ({**BODY, "resources": {"cpu": "lots"}}, "resources"),
-        ({**BODY, "working_dir": "sha256:" + "0" * 64}, "working_dir"),
         ({**BODY, "rollout": {"max_surge": 0, "max_unavailable": 0}}, "rollout"),
     ]
     async with stack.client(alice) as api:
@@ -67,6 +67,9 @@ async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) 
             assert r.status_code == 422, (body, r.text)
             assert r.headers["content-type"].startswith("application/problem+json")
             assert field in r.text, (field, r.text)
+        # well-formed, but the working directory was never uploaded: 404 naming it
+        r = await api.post("/v1/endpoints", json={**BODY, "working_dir": "sha256:" + "0" * 64})
+        assert (r.status_code, r.json()["field"]) == (404, "working_dir"), r.text
         assert (await api.get("/v1/endpoints")).json() == []
         r = await api.post("/v1/endpoints/nope/scale", json={"min_replicas": 3, "max_replicas": 1})
         assert r.status_code in (404, 422)
@@ -195,6 +198,27 @@ class Cluster:
         await self.engine.dispose()
 
 
+async def _report_load(
+    redis: Redis, endpoint_id: str, proxy: str, replicas: dict[str, tuple[int, float]]
+) -> None:
+    """One proxy's load report: per replica session id, (in flight, requests/s)."""
+    report = LoadReport(
+        at=time.time(),
+        in_flight=sum(n for n, _ in replicas.values()),
+        queued=0,
+        requests_total=100,
+        rps=sum(r for _, r in replicas.values()),
+        per_replica_in_flight={sid: n for sid, (n, _) in replicas.items()},
+        per_replica_rps={sid: r for sid, (_, r) in replicas.items()},
+    )
+    await redis.hset(endpoint_load_key(endpoint_id), proxy, report.model_dump_json())  # type: ignore[misc]
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The words of each line of a table that starts with a replica's number."""
+    return [line.split() for line in text.splitlines() if line[:1].isdigit()]
+
+
 async def _show(api: httpx.AsyncClient, name: str) -> dict[str, Any]:
     r = await api.get(f"/v1/endpoints/{name}")
     assert r.status_code == 200, r.text
@@ -246,6 +270,19 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 "http://127.0.0.1:9001",
             ]
             assert route.probe.path == "/ping"
+
+            # each replica's load, summed over the proxies' reports: in flight and req/s
+            await _report_load(redis, eid, "proxy-1", {first[0]: (1, 3.5), first[1]: (0, 1.0)})
+            await _report_load(redis, eid, "proxy-2", {first[0]: (2, 0.5), first[1]: (1, 2.25)})
+            e = await _show(api, "demo")
+            load = {r["index"]: (r["in_flight"], r["rps"]) for r in e["replicas"]}
+            assert load == {0: (3, 4.0), 1: (1, 3.25)}
+            assert (e["in_flight"], e["rps"]) == (4, 7.25)
+            shown = await stack.cli("endpoints", "show", "demo", key=alice)
+            rows = {r[0]: r[6:8] for r in _table_rows(shown) if r[2] == "serving"}
+            assert rows == {"0": ["3", "4"], "1": ["1", "3.25"]}, shown
+            assert "REQ/S" in shown
+            await redis.delete(endpoint_load_key(eid))  # nothing in flight: drains end early
 
             # one stops answering its probe: DEGRADED, naming it and why
             await cluster.probe(eid, first[1], ready=False, why="HTTP 500 from /ping")
@@ -309,11 +346,11 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
             assert "not ready after 2s" in rev2["reason"]
             assert "pending" in rev2["reason"]
             assert any(ev["kind"] == "rollback" for ev in e["events"])
-            # by hand: to the current revision is a conflict, to one that is not there 422
+            # by hand: to the current revision is a conflict, to one that is not there 404
             r = await api.post("/v1/endpoints/demo/rollback", json={"to": 1})
             assert r.status_code == 409
             r = await api.post("/v1/endpoints/demo/rollback", json={"to": 7})
-            assert r.status_code == 422
+            assert (r.status_code, r.json()["field"]) == (404, "to")
             r = await api.post("/v1/endpoints/demo/rollback", json={})
             assert (r.status_code, r.json()["revision"]) == (200, 2)
             r = await api.post("/v1/endpoints/demo/rollback", json={"to": 1})
@@ -411,14 +448,14 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
         assert (await api.post("/v1/folders", json={"name": ".cache"})).status_code == 201
         assert (await other.post("/v1/folders", json={"name": "secret"})).status_code == 201
 
-        for folders, field in [
-            ([{"name": "secret"}], "folders.0.name"),  # bob's, not shared: not there for alice
-            ([{"name": "nope"}], "folders.0.name"),
-            ([{"name": "model", "target": "relative"}], "folders"),
-            ([{"name": "model"}, {"name": "model"}], "folders.1.target"),
+        for folders, status, field in [
+            ([{"name": "secret"}], 404, "folders.0.name"),  # bob's, not shared: not there
+            ([{"name": "nope"}], 404, "folders.0.name"),
+            ([{"name": "model", "target": "relative"}], 422, "folders"),
+            ([{"name": "model"}, {"name": "model"}], 422, "folders.1.target"),
         ]:
             r = await api.post("/v1/endpoints", json={**BODY, "folders": folders})
-            assert r.status_code == 422, r.text
+            assert r.status_code == status, r.text
             assert r.headers["content-type"].startswith("application/problem+json")
             assert field in r.text, (field, r.text)
         assert (await api.get("/v1/endpoints")).json() == []
@@ -449,7 +486,7 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
         assert r.status_code == 200, r.text
         assert [f["id"] for f in r.json()["current"]["folders"]] == [fid]
         r = await api.post("/v1/endpoints/demo/revisions", json={"folders": [{"name": "secret"}]})
-        assert r.status_code == 422, r.text
+        assert r.status_code == 404, r.text
         assert "folders.0.name" in r.text
 
         # an endpoint at zero holds nothing: the folder can go to the trash once demo's

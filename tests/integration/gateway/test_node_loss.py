@@ -107,6 +107,23 @@ async def test_an_interactive_session_on_a_killed_node_ends_error(stack: Stack) 
     assert (ended["retries"], ended["kernels"][0]["status"]) == (0, "failed")
 
 
+async def test_a_session_stopping_when_its_node_dies_ends_terminated(stack: Stack) -> None:
+    """Asked to stop, then its node is lost before the stop arrived: what was asked
+    happened, so TERMINATED (not ERROR), the history naming the lost node."""
+    stack.settings.node_lost_after_s = 1.0
+    n1 = await stack.start_worker_process("n1")
+    session = await stack.submit(command=["sleep", "300"], max_retries=3)
+    await _until(stack, session["id"], "n1", "RUNNING")
+    await n1.kill9()  # dead first: the stop job waits on a queue no one reads
+    async with stack.client() as api:
+        r = await api.delete(f"/v1/sessions/{session['id']}")
+        assert r.status_code == 202, r.text
+    ended = await stack.wait_status(session["id"], {"TERMINATED"})
+    assert ended["status_reason"].endswith("; node n1 lost"), ended["status_reason"]
+    assert [h["to_status"] for h in ended["history"]][-2:] == ["TERMINATING", "TERMINATED"]
+    assert (ended["retries"], ended["kernels"][0]["status"]) == (0, "failed")
+
+
 async def test_max_retries_is_validated(stack: Stack) -> None:
     async with stack.client() as api:
         r = await api.post("/v1/sessions", json={"command": ["true"], "max_retries": 101})

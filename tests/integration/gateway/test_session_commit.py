@@ -1,4 +1,5 @@
-"""``POST /v1/sessions/{id}/commit`` refusals, and a commit on a node that cannot do it.
+"""``POST /v1/sessions/{id}/commit`` refusals, a commit on a node that cannot do it, and
+who may delete a private image.
 
 A process worker runs the sessions: its runtime has no image to commit, so an allowed
 commit travels to the worker and comes back ``failed`` with the runtime's reason (the
@@ -91,3 +92,51 @@ async def test_commit_refusals_and_private_images(stack: Stack) -> None:
             json={"command": ["true"], "image": image["name"], "resources": {"cpu": "0.1"}},
         )
         _problem(r, 409, image["name"], "failed")
+
+
+async def test_owners_delete_their_private_images_and_nobody_may_use_them_after(
+    stack: Stack,
+) -> None:
+    await stack.start_worker()
+    alice, bob = await stack.create_user("alice"), await stack.create_user("bob")
+    stack.settings.image_registry = "127.0.0.1:1"
+    running = await stack.submit(alice, command=["sleep", "60"])
+    theirs = await stack.submit(bob, command=["sleep", "60"])
+    await stack.wait_status(running["id"], {"RUNNING"})
+    await stack.wait_status(theirs["id"], {"RUNNING"})
+    async with stack.client(alice) as owner, stack.client(bob) as other, stack.client() as admin:
+        r = await admin.put("/v1/policies/user/*", json={"allow_commit": True})
+        assert r.status_code == 200, r.text
+        r = await admin.put("/v1/images/pub:1", json={"service_ports": "jupyter:http:8888"})
+        assert r.status_code == 200, r.text
+        r = await _commit(owner, running["id"], "env:1")
+        assert r.status_code == 202, r.text
+        image = r.json()["name"]
+        deadline = time.monotonic() + 30
+        while (await _images(owner))[image]["state"] == "committing":
+            assert time.monotonic() < deadline, "the commit never came back"
+            await asyncio.sleep(0.1)
+        # bob: alice's image is not there for him; a public one is not his to remove
+        _problem(await other.delete(f"/v1/images/{image}"), 404, "no registered image")
+        _problem(await owner.delete("/v1/images/pub:1"), 403, "admins")
+        assert image in await _images(owner)
+
+        removed = await stack.cli("images", "rm", image, key=alice)
+        assert removed == f"{image} removed from the registry\n"
+        assert image not in await _images(owner)
+        assert image not in await _images(admin)
+        _problem(await owner.delete(f"/v1/images/{image}"), 404, "no registered image")
+        for key, says in ((owner, "deleted"), (other, "private")):  # nobody may use it
+            r = await key.post(
+                "/v1/sessions",
+                json={"command": ["true"], "image": image, "resources": {"cpu": "0.1"}},
+            )
+            _problem(r, 404, image, says)
+        # its name stays alice's: bob cannot take it, alice commits it anew
+        _problem(await _commit(other, theirs["id"], "env:1"), 409, "taken")
+        r = await _commit(owner, running["id"], "env:1")
+        assert r.status_code == 202, r.text
+        assert (await _images(owner))[image]["state"] in ("committing", "failed")
+
+        assert (await admin.delete("/v1/images/pub:1")).status_code == 204
+        assert "pub:1" not in await _images(owner)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from harness import Stack
+from sqlalchemy import text
 
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
@@ -299,3 +300,77 @@ async def test_two_deliverers_share_the_work_and_send_each_delivery_once(
         await task
         await second.close()
         await engine.dispose()
+
+
+async def test_finished_deliveries_and_then_their_events_go_after_the_retention(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    """JOBGATE_WEBHOOK_RETENTION_DAYS (30): a finished delivery older than that is deleted,
+    then its event once no delivery of it is left; a delivery still to be sent stays."""
+    stack = hooks_stack
+    async with stack.client() as api:
+        r = await api.post(
+            "/v1/webhooks", json={"url": receiver.base + "/kept", "events": ["session.cancelled"]}
+        )
+        assert r.status_code == 201, r.text
+        hook = r.json()["id"]
+    sessions = [await _cancelled(stack) for _ in range(3)]
+    await receiver.wait("/kept", 3)
+    async with stack.client() as api:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            listed = (await api.get(f"/v1/webhooks/{hook}/deliveries")).json()
+            if len(listed) == 3 and all(d["status"] == "succeeded" for d in listed):
+                break
+            await asyncio.sleep(0.05)
+    by_session = {
+        json.loads(b)["data"]["session_id"]: h["webhook-id"] for h, b in receiver.got["/kept"]
+    }
+    old_done, old_pending, recent = (by_session[s["id"]] for s in sessions)
+
+    engine = create_engine(stack.settings.effective_database_url)
+    try:
+        async with engine.begin() as conn:
+            # two events of 31 days ago; one delivery finished then, one a crashed
+            # deliverer still holds (pending: never pruned, however old)
+            await conn.execute(
+                text(
+                    "UPDATE webhook_events SET created_at = created_at - interval '31 days'"
+                    " WHERE id IN (:a, :b)"
+                ),
+                {"a": old_done, "b": old_pending},
+            )
+            await conn.execute(
+                text(
+                    "UPDATE webhook_deliveries SET next_attempt_at = next_attempt_at"
+                    " - interval '31 days' WHERE event_id IN (:a, :b)"
+                ),
+                {"a": old_done, "b": old_pending},
+            )
+            await conn.execute(
+                text(
+                    "UPDATE webhook_deliveries SET status = 'pending',"
+                    " locked_until = now() + interval '1 day' WHERE event_id = :b"
+                ),
+                {"b": old_pending},
+            )
+        forever = GatewaySettings(**stack.settings.model_dump() | {"webhook_retention_days": 0})
+        keeper = Deliverer(create_session_factory(engine), forever)
+        pruner = Deliverer(create_session_factory(engine), stack.settings)
+        try:
+            assert await keeper.prune() == 0
+            await pruner.prune(batch=1)  # one row per transaction: the batches loop
+        finally:
+            await keeper.close()
+            await pruner.close()
+        async with engine.connect() as conn:
+            events = set((await conn.execute(text("SELECT id FROM webhook_events"))).scalars())
+    finally:
+        await engine.dispose()
+    assert events == {old_pending, recent}
+    async with stack.client() as api:
+        listed = (await api.get(f"/v1/webhooks/{hook}/deliveries")).json()
+    assert {(d["event_id"], d["status"]) for d in listed} == {
+        (old_pending, "pending"),
+        (recent, "succeeded"),
+    }

@@ -23,6 +23,7 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 from harness import Stack
+from needs import missing
 
 from gateway.config import async_database_url
 from gateway.db.migrate import upgrade_async
@@ -30,12 +31,6 @@ from jobgate.localnet import free_port, redis_server_argv, wait_port
 
 PG_PASSWORD = "pg p@ss/word:1%"
 REDIS_PASSWORD = "redis p@ss/word#2"
-
-
-def _need(what: str) -> None:
-    if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(what)
-    pytest.skip(what)
 
 
 def _as_postgres(argv: list[str]) -> list[str]:
@@ -50,7 +45,7 @@ def scram_pg() -> Iterator[str]:
     the server runs as the postgres user."""
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     if not bins:
-        _need("no PostgreSQL server binaries (Debian package postgresql)")
+        missing("no PostgreSQL server binaries (Debian package postgresql)")
     pg_bin = Path(bins[-1]).parent
     data = Path(tempfile.mkdtemp(prefix="jobgate-scram-pg-"))
     pwfile = data / "pw"

@@ -7,11 +7,11 @@ from Podman's inspect of the same running container.
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
 import pytest
+from needs import missing
 from podman import PodmanClient
 
 from plugins.resources import ResourceSlots
@@ -44,18 +44,12 @@ PROBE = (
 )
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
-    pytest.skip(what)
-
-
 async def test_a_running_container_is_unprivileged_filtered_and_limited(
     podman_socket: str,
 ) -> None:
     with PodmanClient(base_url=podman_socket) as client:
         if not client.images.exists(BUSYBOX):
-            _missing(f"no {BUSYBOX} (run scripts/build-test-images.sh)")
+            missing(f"no {BUSYBOX} (run scripts/build-test-images.sh)")
     assert set(DEFAULT_CAP_ADD) == set(CAP_NUMBERS)  # the documented set is what we check
     mask = sum(1 << n for n in CAP_NUMBERS.values())
     node = f"test-harden-{uuid.uuid4().hex[:8]}"

@@ -7,7 +7,6 @@ containers are its own (and are removed afterwards even when the test fails).
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import subprocess
 import tempfile
@@ -17,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from needs import missing
 from oci_registry import local_registry_image, registry_binary
 from podman import PodmanClient
 
@@ -38,17 +38,11 @@ BUSYBOX = "localhost/jobgate-busybox:latest"
 Factory = Callable[..., PodmanRuntime]
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("JOBGATE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(f"{what} (./scripts/test.sh should have provided it)")
-    pytest.skip(what)
-
-
 @pytest.fixture(scope="module")
 def busybox(podman_socket: str) -> str:
     with PodmanClient(base_url=podman_socket) as client:
         if not client.images.exists(BUSYBOX):
-            _missing(f"no {BUSYBOX} (run scripts/build-test-images.sh)")
+            missing(f"no {BUSYBOX} (run scripts/build-test-images.sh)")
     return BUSYBOX
 
 
@@ -331,6 +325,25 @@ async def test_memory_limit_kill_is_reported_as_out_of_memory(make_runtime: Fact
     )
 
 
+async def test_a_kill_9_under_a_memory_limit_is_not_out_of_memory(make_runtime: Factory) -> None:
+    """SIGKILL (137) alone is no OOM: `kill -9` of the container's process says so."""
+    runtime = make_runtime()
+    assert (await runtime.info()).limits_enforced
+    spec = spec_for(
+        runtime,
+        ["sh", "-c", "echo ready; sleep 0.5; kill -9 $$"],
+        resources=ResourceSlots.parse({"mem": "64m"}),
+    )
+    handle = await runtime.start(spec)
+    status = await runtime.wait(handle)
+    await runtime.remove(handle)
+    assert (status.exit_code, status.oom_killed, status.reason) == (
+        137,
+        False,
+        "killed by signal 9 (SIGKILL)",
+    )
+
+
 async def test_pids_limit_stops_forks(make_runtime: Factory) -> None:
     runtime = make_runtime(pids_limit=8)
     spec = spec_for(runtime, ["sh", "-c", "for i in $(seq 20); do sleep 60 & done; echo all"])
@@ -453,7 +466,7 @@ def registry_image(podman_socket: str, busybox: str, shared_dir: Path) -> Iterat
     """An image only a local TLS registry has (so prepare() must pull it), with a 3 MB layer."""
     binary = registry_binary()
     if binary is None:
-        _missing("no docker-registry or openssl (scripts/build-test-images.sh registry)")
+        missing("no docker-registry or openssl (scripts/build-test-images.sh registry)")
     with local_registry_image(binary, podman_socket, busybox, shared_dir) as image:
         yield image
 

@@ -179,3 +179,17 @@ def test_token_allowed_honours_digest_and_expiry() -> None:
     assert not token_allowed(route, "jge_old", now)
     assert not token_allowed(route, "jge_other", now)
     assert not token_allowed(route, token_digest("jge_live"), now)  # the digest is no token
+
+
+async def test_each_replica_counts_the_requests_sent_to_it_for_its_rate() -> None:
+    """`endpoints show` gives each replica's req/s: what this proxy sent it, over ~10 s."""
+    b, (r0, r1), _ = balancer("serving", "serving", concurrency=1000)
+    assert (r0.rate(100.0), r1.rate(100.0)) == (0.0, 0.0)  # the first sample: no rate yet
+    for _ in range(40):
+        b.release(await b.acquire(1.0))
+    retried = b.try_acquire(exclude=r0)  # a retry elsewhere counts where it went
+    assert retried is r1
+    assert r0.taken + r1.taken == 41
+    assert min(r0.taken, r1.taken) > 5  # p2c spreads them
+    assert r0.rate(104.0) == r0.taken / 4
+    assert r1.rate(104.0) == r1.taken / 4

@@ -3,11 +3,13 @@ without cutting an id or a name."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rich.console import Console
 
 from jobgate import render
-from jobgate.render import command_text, duration, slots_text, stamp, table
+from jobgate.render import Output, command_text, duration, list_or_json, slots_text, stamp, table
 
 ROWS = [
     ["de178ee3", "a-rather-long-session-name", "SUCCEEDED", "exited with code 0 " * 3, "vm", "0"],
@@ -34,6 +36,16 @@ def test_a_table_into_a_pipe_is_never_wrapped(capsys: pytest.CaptureFixture[str]
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     assert "no node fits: 1 node lacks cpu (largest free 1.5)" in lines[2]
+
+
+def test_a_list_is_a_table_for_people_and_the_api_answer_for_scripts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    found = [{"name": "a", "n": 1, "extra": None}, {"name": "bb", "n": 22, "extra": None}]
+    list_or_json(found, Output.json, ["NAME", "N"], lambda i: [i["name"], str(i["n"])])
+    assert json.loads(capsys.readouterr().out) == found
+    list_or_json(found, Output.table, ["NAME", "N"], lambda i: [i["name"], str(i["n"])])
+    assert capsys.readouterr().out.splitlines() == ["NAME  N", "a     1", "bb    22"]
 
 
 def test_values_read_the_same_everywhere() -> None:

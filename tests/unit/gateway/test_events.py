@@ -8,6 +8,7 @@ forward, free an allocation once, and stop containers of sessions that are over.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from gateway_rows import NO_REDIS, Rows
 
 from contract.messages import EventBatch, KernelEvent, KernelReport, NodeInfo, WireApp
 from gateway.db.engine import SessionFactory
-from gateway.db.models import Kernel, Node, Session
+from gateway.db.models import Endpoint, Kernel, Node, Session
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.events import EventHandler
 from plugins.resources import ResourceSlots
@@ -121,6 +122,24 @@ CASES = [
     pytest.param(
         Case(S.RUNNING, [K.RUNNING], [[ev("lost", 5)]], S.ERROR, [K.FAILED], ["ERROR"]),
         id="lost-is-error",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING, [K.STOPPING], [[ev("lost", 5)]], S.TERMINATED, [K.FAILED], ["TERMINATED"]
+        ),
+        id="lost-while-stopping-is-terminated",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [K.STOPPING, K.STOPPING],
+            [[ev("lost", 3, kernel="s1-k1")], [ev("exited", 4, exit_code=143)]],
+            S.TERMINATED,
+            [K.EXITED, K.FAILED],
+            ["TERMINATED"],
+            exit_code=143,
+        ),
+        id="cluster-kernel-lost-while-stopping-ends-with-the-last",
     ),
     pytest.param(
         Case(
@@ -321,7 +340,31 @@ async def test_an_interactive_session_gets_its_route_and_loses_it(
     assert ended.routes == []
 
 
-def registration(*kernels: str, node_id: str = "n1") -> NodeInfo:
+async def test_a_replica_that_changes_status_pokes_its_endpoints_controller(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """RUNNING (or an end) of an endpoint's replica wakes the controller at once: it
+    writes the route with the replica's address without waiting for its next tick."""
+    await rows.node("n1", kernels=2)
+    await rows.session(S.PREPARING, [(K.PREPARING, "n1")])  # the owner's user row
+    await rows.add(Endpoint(id="e1", name="chat", owner_id=rows.user))
+    await rows.session(
+        S.PREPARING, [(K.PREPARING, "n1")], session_id="r1", type="inference", endpoint_id="e1"
+    )
+    handler = EventHandler(db, NO_REDIS)
+    running = await handler.commit(EventBatch(events=[ev("running", 2, kernel="r1-k0")]))
+    assert running.endpoints == {"e1"}
+    progress = await handler.commit(
+        EventBatch(events=[ev("progress", 3, kernel="r1-k0", message="warming up")])
+    )
+    assert progress.endpoints == set()  # no new status: nothing to react to
+    plain = await handler.commit(EventBatch(events=[ev("running", 2)]))
+    assert plain.endpoints == set()  # not a replica
+    ended = await handler.commit(EventBatch(events=[ev("exited", 4, kernel="r1-k0", exit_code=1)]))
+    assert ended.endpoints == {"e1"}
+
+
+def registration(*kernels: str, node_id: str = "n1", ts: float | None = None) -> NodeInfo:
     return NodeInfo(
         node_id=node_id,
         hostname=node_id,
@@ -330,6 +373,7 @@ def registration(*kernels: str, node_id: str = "n1") -> NodeInfo:
         runtime="sim",
         capacity=ResourceSlots.parse({"cpu": "8", "mem": "16g"}).to_json(),
         kernels=[KernelReport(kernel_id=k, session_id=k.split("-")[0]) for k in kernels],
+        ts=ts,
     )
 
 
@@ -374,6 +418,60 @@ async def test_a_worker_registering_again_settles_its_kernels(
     assert (await rows.one(Kernel, "s1-k0")).status == kernel_after
     assert [job.kernel_id for _, job in outbox.stops] == stops
     assert await rows.cpus_taken() == ("1" if kernel_after in (K.RUNNING,) else "0")
+
+
+async def test_a_kernel_started_after_the_worker_registered_is_not_taken_for_lost(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """The worker restarted and registered (holding nothing), then took the start job
+    waiting in its queue: the kernel's "preparing" and "running" are handled before its
+    registration (batches run concurrently; or the registration is handled again after
+    a gateway crash). The kernel was never in that list: it runs on, and ends as its
+    command did (the chaos test's "not on c1 any more" ERROR for a command that ran)."""
+    await rows.node("n1", kernels=1)
+    await rows.session(S.SCHEDULED, [(K.SCHEDULED, "n1")])
+    listed = registration(ts=time.time() - 1.0)  # its worker listed its kernels: none
+    handler = EventHandler(db, NO_REDIS)
+    await handler.commit(EventBatch(events=[ev("preparing", time.time())]))
+    await handler.commit(EventBatch(events=[ev("running", time.time())]))
+    outbox = await handler.commit(EventBatch(node=listed))
+    assert (await rows.one(Session, "s1")).status == S.RUNNING
+    assert (await rows.one(Kernel, "s1-k0")).status == K.RUNNING
+    assert outbox.stops == []
+    await handler.commit(EventBatch(events=[ev("exited", time.time(), exit_code=2)]))
+    session = await rows.one(Session, "s1")
+    assert (session.status, session.exit_code) == (S.FAILED, 2)
+
+
+async def test_a_registration_still_ends_a_kernel_that_vanished_before_it(
+    db: SessionFactory, rows: Rows
+) -> None:
+    await rows.node("n1", kernels=1)
+    await rows.session(S.RUNNING, [(K.RUNNING, "n1")])
+    await EventHandler(db, NO_REDIS).commit(EventBatch(node=registration(ts=time.time() + 1.0)))
+    session = await rows.one(Session, "s1")
+    assert (session.status, session.status_reason) == (
+        S.ERROR,
+        "not on n1 any more when its worker registered again",
+    )
+    assert await rows.cpus_taken() == "0"
+
+
+@pytest.mark.parametrize("attempt", [1, None], ids=["same-attempt", "older-worker"])
+async def test_an_end_the_registration_carries_wins_whatever_its_clock_says(
+    db: SessionFactory, rows: Rows, attempt: int | None
+) -> None:
+    """The kernel ended while no worker ran; its end comes back with the registration,
+    stamped by a worker clock ahead of the database's: it ends as its command did, not
+    lost."""
+    await rows.node("n1", kernels=1)
+    await rows.session(S.RUNNING, [(K.RUNNING, "n1")])
+    ended = ev("exited", time.time() + 60.0, exit_code=2, attempt=attempt)
+    batch = EventBatch(node=registration(ts=time.time() + 61.0), events=[ended])
+    await EventHandler(db, NO_REDIS).commit(batch)
+    session = await rows.one(Session, "s1")
+    assert (session.status, session.exit_code) == (S.FAILED, 2)
+    assert (await rows.one(Kernel, "s1-k0")).status == K.EXITED
 
 
 FENCED = [

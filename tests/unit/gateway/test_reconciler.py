@@ -64,6 +64,7 @@ class Case:
     retries: int = 0  # used before this tick
     reason: str | None = None  # the session's status reason afterwards
     attempts: list[int] | None = None  # each kernel's attempt afterwards (default: all 1)
+    reason_before: str = "stopped by alice"  # the session's status reason before the tick
 
 
 CASES = [
@@ -153,6 +154,50 @@ CASES = [
             schedule=True,
         ),
         id="node-lost-before-start-of-a-stopping-session-cancels-it",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [(K.STOPPING, "n1")],
+            set(),
+            60,
+            60,
+            S.TERMINATED,
+            [K.FAILED],
+            schedule=True,
+            reason="stopped by alice; node n1 lost",
+        ),
+        id="node-lost-under-a-stopping-session-ends-it-terminated",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [(K.RUNNING, "n1")],
+            set(),
+            60,
+            60,
+            S.TERMINATED,
+            [K.FAILED],
+            schedule=True,
+            type="interactive",
+            retries=3,
+            reason="stopped by alice; node n1 lost",
+        ),
+        id="node-lost-before-the-stop-job-arrived-ends-it-terminated",
+    ),
+    pytest.param(
+        Case(
+            S.TERMINATING,
+            [(K.STOPPING, "n1"), (K.STOPPING, "n2")],
+            {"n2"},
+            400,
+            5,
+            S.TERMINATING,
+            [K.FAILED, K.STOPPING],
+            schedule=True,
+            reason="stopped by alice; node n1 lost",
+        ),
+        id="cluster-stopping-on-a-lost-node-waits-for-its-other-kernel",
     ),
     pytest.param(
         Case(S.RUNNING, [(K.RUNNING, "n1")], set(), 10, 60, S.RUNNING, [K.RUNNING], cpus_taken="1"),
@@ -280,6 +325,7 @@ async def test_reconciler_decisions(db: SessionFactory, rows: Rows, case: Case) 
         type=case.type,
         max_retries=case.max_retries,
         retries=case.retries,
+        status_reason=case.reason_before,
     )
     outbox = await tick(db, case.alive)
     session = await rows.one(Session, "s1")

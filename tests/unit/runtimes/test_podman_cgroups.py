@@ -15,6 +15,8 @@ from plugins.runtimes.podman.cgroups import (
     compute_limits,
     cpuset_text,
     detect,
+    oom_kill_file,
+    oom_kills,
     parse_proc_cgroup,
     v1_writes,
 )
@@ -288,3 +290,22 @@ def test_apply_v1_refuses_a_container_outside_the_parent(tmp_path: Path, cgroup:
     with pytest.raises(OSError, match="not below /jobgate/"):
         apply_v1(root, cgroup, "jobgate", Limits(memory=8 << 20))
     assert (root / "memory" / "memory.limit_in_bytes").read_text() == "max\n"
+
+
+def test_oom_kills_are_read_from_the_containers_own_memory_cgroup(tmp_path: Path) -> None:
+    """v1 (also on hybrid hosts): memory.oom_control; v2: memory.events; gone: None."""
+    counter = oom_kill_file(tmp_path, CONTAINER)
+    assert counter == tmp_path / "memory/jobgate/c0ffee/memory.oom_control"
+    assert oom_kills(counter) is None  # the cgroup is gone
+    counter.parent.mkdir(parents=True)
+    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    assert oom_kills(counter) == 0
+    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    assert oom_kills(counter) == 2
+
+    v2 = oom_kill_file(tmp_path, "0::/user.slice/libpod-c0ffee.scope/container\n")
+    assert v2 == tmp_path / "user.slice/libpod-c0ffee.scope/container/memory.events"
+    v2.parent.mkdir(parents=True)
+    v2.write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n")
+    assert oom_kills(v2) == 1
+    assert oom_kill_file(tmp_path, "garbage") is None

@@ -1,4 +1,4 @@
-"""Exit codes -> ExitStatus: out-of-memory inference, stops on request, signals."""
+"""Exit codes -> ExitStatus: out of memory only on evidence, stops on request, signals."""
 
 from __future__ import annotations
 
@@ -19,15 +19,23 @@ MIB64 = 64 << 20
             137,
             False,
             MIB64,
-            False,
+            True,
             ExitStatus(137, True, "out of memory (limit 64MiB)"),
-            id="oom-inferred",
+            id="oom-counted",
+        ),
+        pytest.param(
+            137,
+            False,
+            MIB64,
+            False,
+            ExitStatus(137, False, "killed by signal 9 (SIGKILL)"),
+            id="kill-9-under-a-limit-is-no-oom",
         ),
         pytest.param(
             137,
             False,
             (3 << 29),
-            False,
+            True,
             ExitStatus(137, True, "out of memory (limit 1.5GiB)"),
             id="oom-fraction",
         ),

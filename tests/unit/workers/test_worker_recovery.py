@@ -9,7 +9,7 @@ from typing import Any
 
 from sim_agent import sim_agent
 
-from contract.messages import KernelEvent, StartKernel
+from contract.messages import KernelEvent, NodeInfo, StartKernel
 from workers.reporter import EventReporter
 from workers.state import KernelState
 
@@ -39,7 +39,7 @@ async def test_a_kernel_killed_while_preparing_is_started_again_not_failed(
     agent.services.store.save(
         KernelState("k1", "s1", "n1", phase="preparing", job=job.model_dump(mode="json"))
     )
-    assert await agent.recover() == []
+    await agent.recover()
     assert list(agent.kernels) == ["k1"]  # started from its saved job: it never ran
     assert not agent.services.store.is_done("k1")
     for _ in range(200):
@@ -73,8 +73,36 @@ async def test_the_ends_in_tombstones_come_back_for_the_registration(tmp_path: P
                         exit_code=3, attempt=2)  # fmt: skip
     agent.services.store.delete("k9.a2", ended.model_dump_json())
     agent.services.store.delete("k8")  # an older tombstone: no event in it
-    assert await agent.recover() == [ended]
+    await agent.recover()
+    info, endings = await agent.registration()
+    assert (info.kernels, endings) == ([], [ended])
     assert agent.services.store.is_done("k9.a2")
+
+
+async def test_a_kernel_that_ends_before_the_registration_is_in_its_ends(
+    tmp_path: Path,
+) -> None:
+    """A kernel the worker was killed preparing is started again by recover() and may end
+    while the registration is being put together (the runtime is asked for its info):
+    the registration lists it, or carries its end - never neither, which the gateway
+    would take for a lost kernel (ERROR, "not on n1 any more")."""
+    agent, recorder = sim_agent(tmp_path)
+    job = _job().model_copy(update={"env": {"JOBGATE_SIM_START_ERROR": "no such image"}})
+    agent.services.store.save(
+        KernelState("k1", "s1", "n1", phase="preparing", job=job.model_dump(mode="json"))
+    )
+    await agent.recover()
+    for _ in range(200):  # what awaiting the runtime's info lets run
+        if agent.kernels == {}:
+            break
+        await asyncio.sleep(0.01)
+    assert [e.kind for e in recorder.events] == ["preparing", "start_failed"]
+    info, endings = await agent.registration()
+    assert info.kernels == []
+    assert [(e.kernel_id, e.kind, e.message) for e in endings] == [
+        ("k1", "start_failed", "no such image")
+    ]
+    await _settle(agent)
 
 
 class _Pool:
@@ -106,4 +134,22 @@ async def test_the_reporter_sends_each_attempt_s_latest_event_again() -> None:
         (e["kernel_id"], e["attempt"], e["kind"]) for b in pool.jobs[sent:] for e in b["events"]
     ]
     assert again == [("a", 1, "exited"), ("b", 1, "running"), ("a", 2, "running")]
+    await reporter.close()
+
+
+async def test_the_ends_a_registration_carries_are_sent_again_if_redis_loses_it() -> None:
+    pool = _Pool()
+    reporter = EventReporter(pool)  # type: ignore[arg-type]
+    reporter.start()
+    ended = KernelEvent(kind="exited", kernel_id="k9", session_id="s9", node_id="n1", ts=1.0,
+                        exit_code=3)  # fmt: skip
+    info = NodeInfo(node_id="n1", hostname="n1", address="", queue="q", runtime="sim",
+                    capacity={})  # fmt: skip
+    reporter.register(info, [ended])
+    assert await reporter.flush(5)
+    assert [b["node"]["node_id"] for b in pool.jobs] == ["n1"]
+    pool.jobs.clear()  # FLUSHALL: the registration's batch is gone
+    assert reporter.replay() == 1
+    assert await reporter.flush(5)
+    assert [(e["kernel_id"], e["exit_code"]) for b in pool.jobs for e in b["events"]] == [("k9", 3)]
     await reporter.close()

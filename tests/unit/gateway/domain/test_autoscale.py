@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from pydantic import ValidationError
 
-from gateway.domain.autoscale import AutoscaleSettings, Sample, ScaleState, decide
+from gateway.domain.autoscale import AutoscaleSettings, Sample, ScaleState, decide, record
 
 NOW = 10_000.0
 
@@ -16,6 +16,14 @@ NOW = 10_000.0
 def steady(concurrency: float, seconds: int = 60, rps: float = 0.0) -> list[Sample]:
     """One sample a second for the last *seconds*."""
     return [Sample(NOW - seconds + i + 1, concurrency, rps) for i in range(seconds)]
+
+
+def then(level: float, *tail: float) -> list[Sample]:
+    """*level* once a second for a minute, ending with the readings of *tail* (the last
+    one at NOW)."""
+    n = len(tail)
+    before = [Sample(NOW - 59 + i, level, 0) for i in range(60 - n)]
+    return before + [Sample(NOW - n + 1 + i, value, 0) for i, value in enumerate(tail)]
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,8 @@ class Case:
 RANGE = AutoscaleSettings(
     min_replicas=1, max_replicas=10, target_concurrency=4, scale_down_delay_s=0
 )
+#: the scale-up step of benchmarks/endpoints.py: one replica at its target, then 8x
+STEP = AutoscaleSettings(min_replicas=1, max_replicas=8, target_concurrency=2)
 ZERO = AutoscaleSettings(min_replicas=0, max_replicas=5, target_concurrency=4, idle_to_zero_s=60)
 CASES = [
     Case(
@@ -73,6 +83,51 @@ CASES = [
         1,
         10,
         "panic",
+    ),
+    Case(
+        "an 8x step that held for two readings asks for all its replicas at once",
+        then(2, 16, 16),
+        STEP,
+        ScaleState(1),
+        1,
+        8,
+        "held for",
+    ),
+    Case(
+        "the step seen at extra ticks in between (pokes) is still held",
+        sorted([*then(2, 16, 16), Sample(NOW - 0.4, 16, 0)], key=lambda s: s.at),
+        STEP,
+        ScaleState(1),
+        1,
+        8,
+        "held for",
+    ),
+    Case(
+        "a single reading of 8x moves only the panic average",
+        then(2, 16),
+        STEP,
+        ScaleState(1),
+        1,
+        3,
+        "over 6s",
+    ),
+    Case(
+        "a dip inside the held second holds it back",
+        then(2, 16, 4, 16),
+        STEP,
+        ScaleState(1),
+        1,
+        4,
+        "over 6s",
+    ),
+    Case(
+        "a held rise below the panic threshold waits for the stable window",
+        then(8, 12, 12),
+        RANGE.model_copy(update={"scale_down_delay_s": 30}),
+        ScaleState(2),
+        2,
+        3,
+        "over 60s",
     ),
     Case(
         "a short blip below the panic threshold waits for the stable window",
@@ -228,3 +283,15 @@ def test_bad_settings_are_refused(values: dict[str, object], field: str) -> None
     with pytest.raises(ValidationError) as info:
         AutoscaleSettings.model_validate(values)
     assert field in str(info.value)
+
+
+def test_samples_stay_apart_and_within_the_window() -> None:
+    """Extra ticks (pokes) within half a second add no sample: the windows weigh time."""
+    samples: list[Sample] = []
+    for at, value in [(0.0, 1), (0.2, 9), (0.5, 2), (0.7, 9), (1.5, 3), (61.0, 4)]:
+        samples = record(samples, Sample(at, value, 0), keep_s=60)
+    assert [(s.at, s.concurrency) for s in samples] == [(1.5, 3), (61.0, 4)]
+    samples = []
+    for at in (0.0, 0.2, 0.5, 0.7, 1.5):
+        samples = record(samples, Sample(at, 1, 0), keep_s=60)
+    assert [s.at for s in samples] == [0.0, 0.5, 1.5]

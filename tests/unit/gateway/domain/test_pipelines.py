@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.domain.errors import Invalid
+from gateway.domain.errors import Conflict
 from gateway.domain.hooks import BadPayload, branch_matches, parse_event, passes
 from gateway.domain.signatures import (
     BadSignature,
@@ -296,12 +296,13 @@ def test_params_become_env_and_never_touch_the_command() -> None:
 
 
 def test_unknown_and_missing_params_are_named() -> None:
-    with pytest.raises(Invalid) as unknown:
+    """A 409: the request is well-formed, the template (as it is now) takes others."""
+    with pytest.raises(Conflict) as unknown:
         param_env(DECLARED, {"ref": "x", "bogus": "1", "zz": "2"})
-    assert unknown.value.field == "params.bogus"
+    assert unknown.value.extra["field"] == "params.bogus"
     assert "bogus, zz" in unknown.value.detail
     assert "epochs, ref" in unknown.value.detail
-    with pytest.raises(Invalid) as missing:
+    with pytest.raises(Conflict) as missing:
         param_env(DECLARED, {"epochs": "5"})
-    assert missing.value.field == "params.ref"
+    assert missing.value.extra["field"] == "params.ref"
     assert "missing" in missing.value.detail
