@@ -75,7 +75,8 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-#: the cyclic collector's first-generation threshold in a gateway (Python's default: 700)
+#: the cyclic collector's first-generation threshold in a gateway or scheduler (Python's
+#: default: 700)
 GC_THRESHOLD = 50_000
 
 
@@ -142,6 +143,7 @@ def scheduler_run() -> None:
 
     logs.setup("scheduler")
     settings = load_settings(GatewaySettings, "scheduler")
+    tune_gc()  # a pass builds and drops a snapshot of every node and pending session
     typer.echo(
         f"jobgate scheduler: database {redact(settings.effective_database_url)}, "
         f"redis {redact(settings.redis_url)}"
