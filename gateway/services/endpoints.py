@@ -181,9 +181,7 @@ class EndpointService:
         if spec.folders:
             if self.sessions.folders is None:
                 raise Invalid("this gateway has no data folders", field="folders")
-            command["folders"] = await self.sessions.folders.mounts_for(
-                db, owner, spec.folders, automount=False
-            )
+            command["folders"] = await self.sessions.folders.mounts_for(db, owner, spec.folders)
         return dict(
             image=image,
             command=command,

@@ -379,7 +379,7 @@ class SessionService:
         if not body.folders and not facts.automount:
             return []  # nothing to resolve or check
         return await self.folders.mounts_for(
-            reads(), principal, body.folders, automount=body.automount, automounted=facts.automount
+            reads(), principal, body.folders, automount=facts.automount
         )
 
     async def _feasible(
