@@ -164,7 +164,7 @@ class SessionService:
                 body.resource_group,
                 image=body.image or (self.settings.default_image or None),
                 automount=self.folders is not None and body.automount,
-                pending=bool(limits),
+                pending=_max_pending(limits, "user", principal.user_id) is not None,
             )
         )
         try:
@@ -490,32 +490,23 @@ class SessionService:
         limits: dict[tuple[str, str], int],
     ) -> None:
         """The max_pending policies (*limits*) of the user and the project (a soft limit
-        under races); an array must fit whole. The user's count is in *facts*."""
-        if not limits:
+        under races); an array must fit whole. The user's count is in *facts* (read only
+        when a user limit applies); the project's is counted here, when one applies."""
+        user_limit = _max_pending(limits, "user", principal.user_id)
+        if user_limit is not None:
+            _refuse_over(f"user {principal.name}", facts.pending, adding, user_limit)
+        if project_id is None:
             return
-        subjects: list[tuple[str, str, str, Any]] = [
-            ("user", principal.user_id, f"user {principal.name}", None)
-        ]
-        if project_id:
-            subjects.append(("project", project_id, f"project {project}", Session.project_id))
-        for scope, subject, label, column in subjects:
-            limit = limits.get((scope, subject), limits.get((scope, DEFAULT_SUBJECT)))
-            if limit is None:
-                continue
-            pending = facts.pending
-            if column is not None:
-                pending = (
-                    await reads().execute(
-                        select(func.count())
-                        .select_from(Session)
-                        .where(column == subject, Session.status == S.PENDING)
-                    )
-                ).scalar_one()
-            if pending + adding > limit:
-                more = f"; {adding} more do not fit" if adding > 1 else ""
-                raise QuotaExceeded(
-                    f"quota: {label} already has {pending} of {limit} pending sessions{more}"
+        project_limit = _max_pending(limits, "project", project_id)
+        if project_limit is not None:
+            pending = (
+                await reads().execute(
+                    select(func.count())
+                    .select_from(Session)
+                    .where(Session.project_id == project_id, Session.status == S.PENDING)
                 )
+            ).scalar_one()
+            _refuse_over(f"project {project}", pending, adding, project_limit)
 
     async def _pending_limits(self) -> dict[tuple[str, str], int]:
         """(scope, subject) -> max_pending, re-read every few seconds (policies rarely change)."""
@@ -611,3 +602,16 @@ def _array_env(array_id: str, index: int, size: int) -> dict[str, str]:
         ARRAY_INDEX_ENV: str(index),
         ARRAY_SIZE_ENV: str(size),
     }
+
+
+def _max_pending(limits: dict[tuple[str, str], int], scope: str, subject: str) -> int | None:
+    """The max_pending policy that applies to *subject*: its own, else its scope's default."""
+    return limits.get((scope, subject), limits.get((scope, DEFAULT_SUBJECT)))
+
+
+def _refuse_over(label: str, pending: int, adding: int, limit: int) -> None:
+    if pending + adding > limit:
+        more = f"; {adding} more do not fit" if adding > 1 else ""
+        raise QuotaExceeded(
+            f"quota: {label} already has {pending} of {limit} pending sessions{more}"
+        )
