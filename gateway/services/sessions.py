@@ -367,7 +367,7 @@ class SessionService:
             list(body.depends_on),
             folder_ids=[f["id"] for f in folders],
         )
-        return new, body.project if project_id else None
+        return new, body.project
 
     async def _folders(
         self, reads: Reads, principal: Principal, body: SessionCreate, facts: Facts
@@ -463,11 +463,7 @@ class SessionService:
                     session=taken.id,
                 )
 
-    async def _project(
-        self, db: AsyncSession, principal: Principal, name: str | None
-    ) -> str | None:
-        if name is None:
-            return None
+    async def _project(self, db: AsyncSession, principal: Principal, name: str) -> str:
         project = (
             await db.execute(select(Project).where(Project.name == name))
         ).scalar_one_or_none()
@@ -556,8 +552,6 @@ class SessionService:
         self, db: AsyncSession, principal: Principal, body: SessionCreate
     ) -> None:
         ids = body.depends_on
-        if not ids:
-            return
         if body.type != "batch":
             raise Invalid("only batch sessions can depend on others", field="depends_on")
         query = select(Session.id).where(Session.id.in_(ids))
