@@ -67,7 +67,7 @@ from gateway.services.session_writer import NewSessions, SessionWriter
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
-__all__ = ["SessionService"]
+__all__ = ["SessionService", "new_kernel"]
 
 SESSIONS = cast(Table, Session.__table__)
 HISTORY = cast(Table, StatusHistory.__table__)
@@ -82,10 +82,12 @@ SHAPES_CACHE_S = 10.0  # node shapes per group (feasibility at submit); refusals
 FEASIBLE_CACHE_ENTRIES = 1000  # requests that passed on those shapes, remembered
 BUILTIN_SLOTS = frozenset({CPU, MEM, "cuda.device", "cuda.shares", "rocm.device", "tpu.device"})
 S = SessionStatus
-#: what a new kernel row holds besides its ids (the database's defaults), for the answer
-NEW_KERNEL: dict[str, Any] = dict(
-    status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={}
-)
+
+
+def new_kernel() -> dict[str, Any]:
+    """What a new kernel row holds besides its ids (the database's defaults), for the
+    answer: fresh dicts on every call, so no two answers share one."""
+    return dict(status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
 
 
 #: the session a check reads with, opened on first use (``OnDemand``)
@@ -189,7 +191,9 @@ class SessionService:
                 await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
             raise
         session = transient(Session, new.rows[0])  # the first row, for the answer
-        kernels = [transient(Kernel, row | NEW_KERNEL) for row in new.kernels[: body.cluster_size]]
+        kernels = [
+            transient(Kernel, row | new_kernel()) for row in new.kernels[: body.cluster_size]
+        ]
         details = SessionDetails(session, kernels, list(body.depends_on), principal.name, project)
         await self.schedule.request(session.resource_group)
         return Created(session, created=True, details=details)
