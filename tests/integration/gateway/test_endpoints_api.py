@@ -67,6 +67,9 @@ async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) 
             assert r.status_code == 422, (body, r.text)
             assert r.headers["content-type"].startswith("application/problem+json")
             assert field in r.text, (field, r.text)
+        for path in ("ping", "/a b", "/ping\r\nHost: evil"):  # contract.PROBE_PATH_PATTERN
+            r = await api.post("/v1/endpoints", json={**BODY, "probe": {"path": path}})
+            assert (r.status_code, r.json()["field"]) == (422, "probe.path"), r.text
         # well-formed, but the working directory was never uploaded: 404 naming it
         r = await api.post("/v1/endpoints", json={**BODY, "working_dir": "sha256:" + "0" * 64})
         assert (r.status_code, r.json()["field"]) == (404, "working_dir"), r.text
@@ -107,6 +110,15 @@ async def test_owner_tokens_idempotency_and_another_user(stack: Stack) -> None:
         assert "token" not in listed[0]
         bad = await api.post("/v1/endpoints/demo/tokens", json={"expires": "soon"})
         assert bad.status_code == 422
+
+        # a new revision's probe path: the same rule as on create
+        for path in ("ping", "/a b", "/ping\n"):
+            r = await api.post("/v1/endpoints/demo/revisions", json={"probe": {"path": path}})
+            assert (r.status_code, r.json()["field"]) == (422, "probe.path"), r.text
+        odd = "/v1/models/m:predict?verbose=1"
+        r = await api.post("/v1/endpoints/demo/revisions", json={"probe": {"path": odd}})
+        assert r.status_code == 200, r.text
+        assert r.json()["current"]["probe"]["path"] == odd
 
         # the route the proxies read carries the token's digest only, then not at all
         redis = Redis.from_url(stack.redis_url)
