@@ -277,12 +277,17 @@ class EndpointService:
 
     # -- change ---------------------------------------------------------------------------
     async def scale(self, principal: Principal, name: str, body: EndpointScale) -> Endpoint:
+        low, high = body.min_replicas, body.max_replicas
+        if low is not None and high is not None and low > high:  # wrong whatever it has
+            raise Invalid(
+                f"min_replicas ({low}) is above max_replicas ({high})", field="min_replicas"
+            )
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
             current = AutoscaleSettings.model_validate(endpoint.autoscale)
             try:
                 settings = body.apply(current)
-            except ValueError as exc:  # with the settings it has now
+            except ValueError as exc:  # crosses the settings it has now
                 raise Conflict(_first_error(exc), field="min_replicas") from None
             now = await db_now(db)
             endpoint.autoscale = settings.model_dump()
