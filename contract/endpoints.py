@@ -94,7 +94,8 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-#: what a probe's path must be (checked where a revision is made)
+#: what a probe's path must be: an absolute URL path with no spaces, NUL or line breaks
+#: (checked wherever a :class:`Probe` is read: the gateway's API, the controller, the proxy)
 PROBE_PATH_PATTERN = "^/[^ \\x00\\r\\n]*$"
 
 
@@ -105,7 +106,7 @@ class Probe(BaseModel):
 
     path: str = Field(
         default="/",
-        json_schema_extra={"pattern": PROBE_PATH_PATTERN},
+        pattern=PROBE_PATH_PATTERN,
         description="an absolute URL path (no spaces, NUL or line breaks)",
     )
     interval_s: float = Field(default=2.0, gt=0, le=300)

@@ -15,7 +15,7 @@ import httpx
 
 from jobgate.profile import Profile
 
-__all__ = ["ApiError", "Client", "iter_sse", "segment"]
+__all__ = ["ApiError", "Client", "iter_sse", "segment", "segments"]
 
 
 class ApiError(Exception):
@@ -32,8 +32,15 @@ class ApiError(Exception):
 
 def segment(value: str) -> str:
     """*value* as one URL path segment: a name with ``/``, ``?`` or ``#`` in it stays one
-    name (``show "a/tokens"`` must not reach another route)."""
-    return quote(value, safe="")
+    name (``show "a/tokens"`` must not reach another route), and so do ``.`` and ``..``
+    (which an HTTP client would otherwise resolve away: ``show ..`` is not ``GET /v1``)."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
+def segments(path: str) -> str:
+    """A path inside a folder, each of its parts a :func:`segment` (the server checks them)."""
+    return "/".join(segment(part) for part in path.split("/"))
 
 
 def _raise_for(response: httpx.Response) -> None:

@@ -85,7 +85,7 @@ def _read_images(api: Client) -> list[Item]:
 
 
 def _write_image(api: Client, item: Item, now: Item | None) -> str:
-    api.request("PUT", f"/v1/images/{item['name']}", json={"apps": item["apps"]})
+    api.request("PUT", f"/v1/images/{segment(item['name'])}", json={"apps": item["apps"]})
     return "created" if now is None else "updated"
 
 
@@ -122,7 +122,9 @@ def _write_policy(api: Client, item: Item, now: Item | None) -> str:
     body = {
         k: item.get(k) for k in ("max_sessions", "max_pending", "max_slots", "max_folder_bytes")
     }
-    api.request("PUT", f"/v1/policies/{item['scope']}/{segment(item['subject'])}", json=body)
+    api.request(
+        "PUT", f"/v1/policies/{segment(item['scope'])}/{segment(item['subject'])}", json=body
+    )
     return "created" if now is None else "updated"
 
 

@@ -64,7 +64,7 @@ from mlflow.projects.utils import (
 )
 from mlflow.tracking import MlflowClient
 
-from jobgate.client import ApiError, Client
+from jobgate.client import ApiError, Client, segment
 from jobgate.profile import Profile
 from jobgate.workdir import upload
 
@@ -322,7 +322,7 @@ class JobgateSubmittedRun(SubmittedRun):
         return self._run_id
 
     def session(self) -> dict[str, Any]:
-        session: dict[str, Any] = self.api.get(f"/v1/sessions/{self.session_id}")
+        session: dict[str, Any] = self.api.get(f"/v1/sessions/{segment(self.session_id)}")
         return session
 
     def get_status(self) -> str:
@@ -343,7 +343,7 @@ class JobgateSubmittedRun(SubmittedRun):
     def cancel(self) -> None:
         """Terminate the session and wait until it ended; the run ends KILLED."""
         try:
-            self.api.delete(f"/v1/sessions/{self.session_id}")
+            self.api.delete(f"/v1/sessions/{segment(self.session_id)}")
         except ApiError as exc:
             if exc.status not in (404, 409):
                 raise
@@ -352,7 +352,7 @@ class JobgateSubmittedRun(SubmittedRun):
     def _follow(self) -> None:
         try:
             for event, data in self.api.follow(
-                f"/v1/sessions/{self.session_id}/logs", follow="true"
+                f"/v1/sessions/{segment(self.session_id)}/logs", follow="true"
             ):
                 if event == "log" and self.echo:
                     out = sys.stderr if data.get("stream") in ("stderr", "system") else sys.stdout
@@ -387,7 +387,7 @@ class JobgateSubmittedRun(SubmittedRun):
             return
         self._finished = True
         try:
-            log = self.api.get(f"/v1/sessions/{self.session_id}/logs")
+            log = self.api.get(f"/v1/sessions/{segment(self.session_id)}/logs")
             self.tracking.log_text(self.run_id, str(log or ""), LOG_ARTIFACT)
         except Exception as exc:  # the run's outcome matters more than its log
             _logger.warning("jobgate: could not attach the session log: %s", exc)

@@ -21,11 +21,10 @@ import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import httpx
 
-from jobgate.client import ApiError, Client, _raise_for, segment
+from jobgate.client import ApiError, Client, _raise_for, segment, segments
 
 __all__ = ["Item", "download", "plan_upload", "upload"]
 
@@ -141,7 +140,7 @@ def download(api: Client, folder: str, remote: str, local: Path, advance: Advanc
     """Fetch one file to *local* (through ``local.part``, resumed with a Range)."""
     part = local.with_name(local.name + ".part")
     part.unlink(missing_ok=True)
-    url = f"/v1/folders/{segment(folder)}/files/{quote(remote)}"
+    url = f"/v1/folders/{segment(folder)}/files/{segments(remote)}"
     for attempt in range(ATTEMPTS):
         have = part.stat().st_size if part.exists() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}

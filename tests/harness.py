@@ -231,9 +231,11 @@ class Stack:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
 
-    async def cli(self, *args: str, key: str | None = None) -> str:
+    async def cli(self, *args: str, key: str | None = None, timeout: float = 120) -> str:
         """``jobgate ARGS`` as a user runs it (a process; the gateway runs in this event
-        loop) with *key* (the admin's by default) and no profile; its standard output."""
+        loop) with *key* (the admin's by default) and no profile; its standard output.
+        One that has not ended within *timeout* seconds is killed (its pid) and waited
+        for before the test fails: no CLI process outlives the test."""
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -249,7 +251,15 @@ class Stack:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except TimeoutError:
+            proc.kill()  # SIGKILL to proc.pid, the process this call started
+            await proc.wait()
+            raise AssertionError(
+                f"jobgate {' '.join(args)}: still running after {timeout:g}s (pid {proc.pid}, "
+                "killed)"
+            ) from None
         assert proc.returncode == 0, f"jobgate {' '.join(args)}: {err.decode()}"
         return out.decode()
 

@@ -64,13 +64,6 @@ class RevisionSpec(Input):
         description="data folders (e.g. the model's) each replica mounts; no automount",
     )
 
-    @field_validator("probe")
-    @classmethod
-    def _probe(cls, value: Probe) -> Probe:
-        if not value.path.startswith("/") or any(c in value.path for c in " \x00\r\n"):
-            raise ValueError("probe.path must be an absolute URL path")
-        return value
-
 
 class EndpointCreate(RevisionSpec):
     name: str = Field(

@@ -181,9 +181,7 @@ class EndpointService:
         if spec.folders:
             if self.sessions.folders is None:
                 raise Invalid("this gateway has no data folders", field="folders")
-            command["folders"] = await self.sessions.folders.mounts_for(
-                db, owner, spec.folders, automount=False
-            )
+            command["folders"] = await self.sessions.folders.mounts_for(db, owner, spec.folders)
         return dict(
             image=image,
             command=command,
@@ -279,12 +277,17 @@ class EndpointService:
 
     # -- change ---------------------------------------------------------------------------
     async def scale(self, principal: Principal, name: str, body: EndpointScale) -> Endpoint:
+        low, high = body.min_replicas, body.max_replicas
+        if low is not None and high is not None and low > high:  # wrong whatever it has
+            raise Invalid(
+                f"min_replicas ({low}) is above max_replicas ({high})", field="min_replicas"
+            )
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
             current = AutoscaleSettings.model_validate(endpoint.autoscale)
             try:
                 settings = body.apply(current)
-            except ValueError as exc:  # with the settings it has now
+            except ValueError as exc:  # crosses the settings it has now
                 raise Conflict(_first_error(exc), field="min_replicas") from None
             now = await db_now(db)
             endpoint.autoscale = settings.model_dump()

@@ -108,20 +108,24 @@ class FolderFS:
 
     def usage(self, folder_id: str) -> int:
         """Bytes the folder's files hold (apparent sizes; a hard-linked file counts once).
-        Walked by directory descriptors: a tree deeper than PATH_MAX is counted whole."""
+        Walked by directory descriptors: a tree deeper than PATH_MAX is counted whole.
+        A folder with no directory on disk (never created, or removed by hand) holds 0."""
         seen: set[tuple[int, int]] = set()
         total = 0
-        top = self.directory(folder_id)
-        for _, _, files, dir_fd in os.fwalk(top, follow_symlinks=False):
-            for name in files:
-                try:
-                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
-                    if info.st_nlink > 1:
-                        seen.add((info.st_dev, info.st_ino))
-                    total += info.st_size
+        walk = os.fwalk(self.directory(folder_id), follow_symlinks=False)
+        try:
+            for _, _, files, dir_fd in walk:
+                for name in files:
+                    try:
+                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+                        if info.st_nlink > 1:
+                            seen.add((info.st_dev, info.st_ino))
+                        total += info.st_size
+        except FileNotFoundError:  # only the top can raise it: fwalk skips what vanishes below
+            return 0
         return total
 
     # -- walking --------------------------------------------------------------------

@@ -442,17 +442,15 @@ class FolderService:
         principal: Principal,
         asked: list[Any],
         *,
-        automount: bool,
-        automounted: Sequence[AutomountFolder] | None = None,
+        automount: Sequence[AutomountFolder] = (),
     ) -> list[dict[str, Any]]:
         """The folders a new session mounts, resolved to ids, each checked.
 
         *asked*: ``FolderMount`` specs (name, target, read_only). A folder held read-only
-        is mounted read-only. The caller's dot-folders are added unless *automount* is off
-        or they are asked for already (*automounted*: those the caller read already, as
-        session creates do through ``lookups.py``; else they are read here). Refused:
-        unknown or trashed folders, two mounts on one target, and writable mounts of an
-        owner over its byte quota.
+        is mounted read-only. *automount*: the caller's dot-folders to add (as session
+        creates read them through ``lookups.py``; empty when automount is off), each
+        unless it is asked for already. Refused: unknown or trashed folders, two mounts
+        on one target, and writable mounts of an owner over its byte quota.
         """
         items: list[dict[str, Any]] = []
         for i, spec in enumerate(asked):
@@ -481,22 +479,18 @@ class FolderService:
             )
             for name in trashed.scalars():
                 raise Conflict(f"folder {name!r} is in the trash", field="folders")
-        if automount:  # read with trashed_at IS NULL: no second look needed
-            chosen = {item["id"] for item in items}
-            if automounted is None:
-                found = await automount_folders(db, [principal.user_id])
-                automounted = found.get(principal.user_id, [])
-            for dot in automounted:
-                if dot.id not in chosen:
-                    items.append(
-                        {
-                            "id": dot.id,
-                            "name": dot.name,
-                            "target": posixpath.join(MOUNT_BASE, dot.name),
-                            "read_only": False,
-                            "automount": True,
-                        }
-                    )
+        chosen = {item["id"] for item in items}
+        for dot in automount:  # read with trashed_at IS NULL: no second look needed
+            if dot.id not in chosen:
+                items.append(
+                    {
+                        "id": dot.id,
+                        "name": dot.name,
+                        "target": posixpath.join(MOUNT_BASE, dot.name),
+                        "read_only": False,
+                        "automount": True,
+                    }
+                )
         targets = [item["target"] for item in items]
         for i, target in enumerate(targets):
             if targets.index(target) != i:

@@ -51,11 +51,11 @@ class Facts:
 
 @dataclass(slots=True)
 class _Batch:
+    done: asyncio.Future[_Answers]  # set once the batch is read
     groups: set[str] = field(default_factory=set)
     images: set[str] = field(default_factory=set)
     automount: set[str] = field(default_factory=set)  # user ids
     pending: set[str] = field(default_factory=set)  # user ids
-    done: asyncio.Future[_Answers] | None = None
 
     def add(self, ask: Ask) -> None:
         self.groups.add(ask.group)
@@ -101,7 +101,6 @@ class Lookups:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         batch.add(ask)
-        assert batch.done is not None
         answers = await asyncio.shield(batch.done)
         return answers.facts(ask)
 
@@ -109,7 +108,6 @@ class Lookups:
         try:
             while (batch := self._next) is not None:
                 self._next = None
-                assert batch.done is not None
                 try:
                     answers = await self._read(batch)
                 except asyncio.CancelledError:  # shutting down: so are they

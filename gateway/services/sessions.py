@@ -67,7 +67,7 @@ from gateway.services.session_writer import NewSessions, SessionWriter
 from gateway.services.views import SessionDetails, get_owned
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots
 
-__all__ = ["SessionService"]
+__all__ = ["SessionService", "new_kernel"]
 
 SESSIONS = cast(Table, Session.__table__)
 HISTORY = cast(Table, StatusHistory.__table__)
@@ -82,10 +82,12 @@ SHAPES_CACHE_S = 10.0  # node shapes per group (feasibility at submit); refusals
 FEASIBLE_CACHE_ENTRIES = 1000  # requests that passed on those shapes, remembered
 BUILTIN_SLOTS = frozenset({CPU, MEM, "cuda.device", "cuda.shares", "rocm.device", "tpu.device"})
 S = SessionStatus
-#: what a new kernel row holds besides its ids (the database's defaults), for the answer
-NEW_KERNEL: dict[str, Any] = dict(
-    status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={}
-)
+
+
+def new_kernel() -> dict[str, Any]:
+    """What a new kernel row holds besides its ids (the database's defaults), for the
+    answer: fresh dicts on every call, so no two answers share one."""
+    return dict(status=KernelStatus.PENDING, slots={}, devices={}, cpuset={}, ports={})
 
 
 #: the session a check reads with, opened on first use (``OnDemand``)
@@ -164,7 +166,7 @@ class SessionService:
                 body.resource_group,
                 image=body.image or (self.settings.default_image or None),
                 automount=self.folders is not None and body.automount,
-                pending=bool(limits),
+                pending=_max_pending(limits, "user", principal.user_id) is not None,
             )
         )
         try:
@@ -189,7 +191,9 @@ class SessionService:
                 await self._check_names(db, principal, [name for name, _ in _array_rows(body)])
             raise
         session = transient(Session, new.rows[0])  # the first row, for the answer
-        kernels = [transient(Kernel, row | NEW_KERNEL) for row in new.kernels[: body.cluster_size]]
+        kernels = [
+            transient(Kernel, row | new_kernel()) for row in new.kernels[: body.cluster_size]
+        ]
         details = SessionDetails(session, kernels, list(body.depends_on), principal.name, project)
         await self.schedule.request(session.resource_group)
         return Created(session, created=True, details=details)
@@ -367,7 +371,7 @@ class SessionService:
             list(body.depends_on),
             folder_ids=[f["id"] for f in folders],
         )
-        return new, body.project if project_id else None
+        return new, body.project
 
     async def _folders(
         self, reads: Reads, principal: Principal, body: SessionCreate, facts: Facts
@@ -379,7 +383,7 @@ class SessionService:
         if not body.folders and not facts.automount:
             return []  # nothing to resolve or check
         return await self.folders.mounts_for(
-            reads(), principal, body.folders, automount=body.automount, automounted=facts.automount
+            reads(), principal, body.folders, automount=facts.automount
         )
 
     async def _feasible(
@@ -463,11 +467,7 @@ class SessionService:
                     session=taken.id,
                 )
 
-    async def _project(
-        self, db: AsyncSession, principal: Principal, name: str | None
-    ) -> str | None:
-        if name is None:
-            return None
+    async def _project(self, db: AsyncSession, principal: Principal, name: str) -> str:
         project = (
             await db.execute(select(Project).where(Project.name == name))
         ).scalar_one_or_none()
@@ -490,32 +490,23 @@ class SessionService:
         limits: dict[tuple[str, str], int],
     ) -> None:
         """The max_pending policies (*limits*) of the user and the project (a soft limit
-        under races); an array must fit whole. The user's count is in *facts*."""
-        if not limits:
+        under races); an array must fit whole. The user's count is in *facts* (read only
+        when a user limit applies); the project's is counted here, when one applies."""
+        user_limit = _max_pending(limits, "user", principal.user_id)
+        if user_limit is not None:
+            _refuse_over(f"user {principal.name}", facts.pending, adding, user_limit)
+        if project_id is None:
             return
-        subjects: list[tuple[str, str, str, Any]] = [
-            ("user", principal.user_id, f"user {principal.name}", None)
-        ]
-        if project_id:
-            subjects.append(("project", project_id, f"project {project}", Session.project_id))
-        for scope, subject, label, column in subjects:
-            limit = limits.get((scope, subject), limits.get((scope, DEFAULT_SUBJECT)))
-            if limit is None:
-                continue
-            pending = facts.pending
-            if column is not None:
-                pending = (
-                    await reads().execute(
-                        select(func.count())
-                        .select_from(Session)
-                        .where(column == subject, Session.status == S.PENDING)
-                    )
-                ).scalar_one()
-            if pending + adding > limit:
-                more = f"; {adding} more do not fit" if adding > 1 else ""
-                raise QuotaExceeded(
-                    f"quota: {label} already has {pending} of {limit} pending sessions{more}"
+        project_limit = _max_pending(limits, "project", project_id)
+        if project_limit is not None:
+            pending = (
+                await reads().execute(
+                    select(func.count())
+                    .select_from(Session)
+                    .where(Session.project_id == project_id, Session.status == S.PENDING)
                 )
+            ).scalar_one()
+            _refuse_over(f"project {project}", pending, adding, project_limit)
 
     async def _pending_limits(self) -> dict[tuple[str, str], int]:
         """(scope, subject) -> max_pending, re-read every few seconds (policies rarely change)."""
@@ -565,8 +556,6 @@ class SessionService:
         self, db: AsyncSession, principal: Principal, body: SessionCreate
     ) -> None:
         ids = body.depends_on
-        if not ids:
-            return
         if body.type != "batch":
             raise Invalid("only batch sessions can depend on others", field="depends_on")
         query = select(Session.id).where(Session.id.in_(ids))
@@ -611,3 +600,16 @@ def _array_env(array_id: str, index: int, size: int) -> dict[str, str]:
         ARRAY_INDEX_ENV: str(index),
         ARRAY_SIZE_ENV: str(size),
     }
+
+
+def _max_pending(limits: dict[tuple[str, str], int], scope: str, subject: str) -> int | None:
+    """The max_pending policy that applies to *subject*: its own, else its scope's default."""
+    return limits.get((scope, subject), limits.get((scope, DEFAULT_SUBJECT)))
+
+
+def _refuse_over(label: str, pending: int, adding: int, limit: int) -> None:
+    if pending + adding > limit:
+        more = f"; {adding} more do not fit" if adding > 1 else ""
+        raise QuotaExceeded(
+            f"quota: {label} already has {pending} of {limit} pending sessions{more}"
+        )

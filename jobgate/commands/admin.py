@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from jobgate.client import segment
 from jobgate.commands.common import OutputOpt, client, parse_bytes, parse_pairs
 from jobgate.render import Output, age, list_or_json, out, print_json, slots_text
 
@@ -100,7 +101,7 @@ def users_create(
     """A user (and, by default, an API key for them, printed once)."""
     api = client()
     user = api.post("/v1/users", json={"name": name, "role": str(role)})
-    created = api.post(f"/v1/users/{name}/keys", json={"name": "initial"}) if key else None
+    created = api.post(f"/v1/users/{segment(name)}/keys", json={"name": "initial"}) if key else None
     if output == Output.json:
         print_json(user | ({"key": created["key"]} if created else {}))
         return
@@ -116,7 +117,7 @@ def users_key(
     output: OutputOpt = Output.table,
 ) -> None:
     """A new API key for a user (printed once)."""
-    created = client().post(f"/v1/users/{name}/keys", json={"name": label})
+    created = client().post(f"/v1/users/{segment(name)}/keys", json={"name": label})
     if output == Output.json:
         print_json(created)
     else:
@@ -147,7 +148,7 @@ def projects_create(name: ProjectArg, output: OutputOpt = Output.table) -> None:
 @projects.command("add-member")
 def projects_add(project: ProjectArg, user: UserArg, output: OutputOpt = Output.table) -> None:
     """Let a user submit sessions to a project."""
-    found = client().post(f"/v1/projects/{project}/members", json={"user": user})
+    found = client().post(f"/v1/projects/{segment(project)}/members", json={"user": user})
     if output == Output.json:
         print_json(found)
     else:
@@ -157,7 +158,7 @@ def projects_add(project: ProjectArg, user: UserArg, output: OutputOpt = Output.
 @projects.command("remove-member")
 def projects_remove(project: ProjectArg, user: UserArg, output: OutputOpt = Output.table) -> None:
     """Take a user out of a project."""
-    found = client().delete(f"/v1/projects/{project}/members/{user}")
+    found = client().delete(f"/v1/projects/{segment(project)}/members/{segment(user)}")
     if output == Output.json:
         print_json(found)
     else:
@@ -228,14 +229,14 @@ def policies_set(
     if max_slot:
         slots = parse_pairs(max_slot, "--max-slot")
         body["max_slots"] = {k: (v or None) for k, v in slots.items()}
-    policy = client().patch(f"/v1/policies/{scope}/{subject}", json=body)
+    policy = client().patch(f"/v1/policies/{segment(scope)}/{segment(subject)}", json=body)
     _fields(_policy_fields(policy), output, policy)
 
 
 @policies.command("rm")
 def policies_rm(scope: ScopeArg, subject: SubjectArg, output: OutputOpt = Output.table) -> None:
     """Remove a policy (its limits become unlimited)."""
-    client().delete(f"/v1/policies/{scope}/{subject}")
+    client().delete(f"/v1/policies/{segment(scope)}/{segment(subject)}")
     if output == Output.json:
         print_json({"scope": str(scope), "subject": subject, "removed": True})
     else:
@@ -286,7 +287,7 @@ def groups_set(
         body["scheduler"] = scheduler
     if description is not None:
         body["description"] = description
-    group = client().patch(f"/v1/resource-groups/{name}", json=body)
+    group = client().patch(f"/v1/resource-groups/{segment(name)}", json=body)
     _fields(_group_fields(group), output, group)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from jobgate.client import segment
 from jobgate.commands.common import OutputOpt, client
 from jobgate.render import Output, err, list_or_json, out, print_json, stamp
 
@@ -27,7 +28,7 @@ def apps_ls(
     """The apps a session serves and whether they are ready."""
     api = client()
     list_or_json(
-        api.get(f"/v1/sessions/{api.resolve_session(session)}/apps"),
+        api.get(f"/v1/sessions/{segment(api.resolve_session(session))}/apps"),
         output,
         ["APP", "PROTOCOL", "PORT", "READY"],
         lambda a: [a["name"], a["protocol"], str(a["port"]), "yes" if a["ready"] else "no"],
@@ -43,7 +44,7 @@ def apps_open(
 ) -> None:
     """Print a one-time link to the app; it signs you in for this session."""
     api = client()
-    link = api.post(f"/v1/sessions/{api.resolve_session(session)}/apps/{app}")
+    link = api.post(f"/v1/sessions/{segment(api.resolve_session(session))}/apps/{segment(app)}")
     if output == Output.json:
         print_json(link)
     else:
@@ -84,7 +85,9 @@ def images_add(
     output: OutputOpt = Output.table,
 ) -> None:
     """Register (or override) the apps an image serves."""
-    found = client().request("PUT", f"/v1/images/{image}", json={"service_ports": service_ports})
+    found = client().request(
+        "PUT", f"/v1/images/{segment(image)}", json={"service_ports": service_ports}
+    )
     if output == Output.json:
         print_json(found)
     else:
@@ -95,7 +98,7 @@ def images_add(
 @images_app.command("rm")
 def images_rm(image: ImageArg, output: OutputOpt = Output.table) -> None:
     """Forget the apps registered for an image (admins), or delete a private image of yours."""
-    client().delete(f"/v1/images/{image}")
+    client().delete(f"/v1/images/{segment(image)}")
     if output == Output.json:
         print_json({"name": image, "removed": True})
     else:

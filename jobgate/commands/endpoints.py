@@ -421,7 +421,9 @@ def logs(
     if follow:
         follow_session(api, session_id, cancel_on_interrupt=False, quiet=True)
         return
-    entries = api.get(f"/v1/sessions/{session_id}/logs", params={"format": "json"})["items"]
+    entries = api.get(f"/v1/sessions/{segment(session_id)}/logs", params={"format": "json"})[
+        "items"
+    ]
     if output == Output.json:
         print_json(entries)
         return
@@ -472,7 +474,7 @@ def tokens_revoke(
     output: OutputOpt = Output.table,
 ) -> None:
     """Revoke a token; proxies refuse it within a second."""
-    client().delete(f"/v1/endpoints/{segment(name)}/tokens/{token_id}")
+    client().delete(f"/v1/endpoints/{segment(name)}/tokens/{segment(token_id)}")
     if output == Output.json:
         print_json({"id": token_id, "revoked": True})
         return

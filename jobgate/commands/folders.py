@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 from rich.markup import escape
@@ -20,7 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from jobgate.client import ApiError, segment
+from jobgate.client import ApiError, segment, segments
 from jobgate.commands.common import OutputOpt, client
 from jobgate.render import Output, age, err, list_or_json, out, print_json
 from jobgate.transfer import Advance, download, plan_upload, upload
@@ -299,7 +298,7 @@ def rm_path(
     output: OutputOpt = Output.table,
 ) -> None:
     """Delete a file or a directory tree inside a folder (needs wd)."""
-    client().delete(f"/v1/folders/{segment(folder)}/files/{quote(path)}")
+    client().delete(f"/v1/folders/{segment(folder)}/files/{segments(path)}")
     if output == Output.json:
         print_json({"folder": folder, "path": path, "removed": True})
     else:

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from jobgate.client import segment
 from jobgate.commands.common import OutputOpt, client
 from jobgate.render import Output, age, list_or_json, out, print_json, slots_text, stamp
 from plugins.resources import format_size
@@ -47,7 +48,7 @@ def show(
     output: OutputOpt = Output.table,
 ) -> None:
     """One node, with its devices and their live stats."""
-    n = client().get(f"/v1/nodes/{node}")
+    n = client().get(f"/v1/nodes/{segment(node)}")
     if output == Output.json:
         print_json(n)
         return
@@ -90,7 +91,7 @@ def show(
 
 
 def _set_state(node: str, action: str, output: Output) -> None:
-    n = client().post(f"/v1/nodes/{node}/{action}")
+    n = client().post(f"/v1/nodes/{segment(node)}/{action}")
     if output == Output.json:
         print_json(n)
     else:

@@ -23,7 +23,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from jobgate.client import ApiError, Client
+from jobgate.client import ApiError, Client, segment
 from jobgate.commands.arrays import wait_array
 from jobgate.commands.common import OutputOpt, client, parse_pairs
 from jobgate.progress import Progress
@@ -179,7 +179,7 @@ class _Interrupts:
             "(Ctrl-C again to leave without waiting)"
         )
         try:
-            self.api.delete(f"/v1/sessions/{self.session_id}")
+            self.api.delete(f"/v1/sessions/{segment(self.session_id)}")
         except Exception as exc:
             self.progress.say(f"jobgate: could not cancel: {exc}")
 
@@ -219,7 +219,9 @@ def follow_session(
     guard = _Interrupts if cancel_on_interrupt else _Detach
     with guard(api, session_id, progress) as interrupts:
         try:
-            for event, data in api.follow(f"/v1/sessions/{session_id}/logs", follow="true"):
+            for event, data in api.follow(
+                f"/v1/sessions/{segment(session_id)}/logs", follow="true"
+            ):
                 if event == "log":
                     if kernels is not None and data.get("kernel") not in kernels:
                         continue
@@ -320,10 +322,12 @@ def _watch_apps(api: Client, session_id: str, say: Any, stop: threading.Event) -
     deadline = APP_WAIT_S
     while not stop.is_set() and deadline > 0:
         try:
-            apps = api.get(f"/v1/sessions/{session_id}/apps")
+            apps = api.get(f"/v1/sessions/{segment(session_id)}/apps")
             for app in apps:
                 if app["ready"] and app["name"] not in shown:
-                    link = api.post(f"/v1/sessions/{session_id}/apps/{app['name']}")
+                    link = api.post(
+                        f"/v1/sessions/{segment(session_id)}/apps/{segment(app['name'])}"
+                    )
                     shown.add(app["name"])
                     say(f"jobgate: {app['name']} is ready: {link['url']}")
             if apps and len(shown) == len(apps):
@@ -531,7 +535,7 @@ def wait_for(api: Client, session_id: str, output: Output, *, interactive: bool 
         on_running=on_running,
     )
     stop_apps.set()
-    final = api.get(f"/v1/sessions/{session_id}")
+    final = api.get(f"/v1/sessions/{segment(session_id)}")
     if final.get("status") in TERMINAL_STATUSES:
         err.print(_summary(final, code), markup=False)
     if output == Output.json:

@@ -87,9 +87,8 @@ def tune_gc() -> None:
     A create allocates a few thousand short-lived objects (pydantic, SQLAlchemy, the ASGI
     cycle); with Python's default thresholds the collector ran every few requests and,
     now and then, walked every object the process holds - a pause that every request in
-    flight waited for. On ``benchmarks/api_create.py`` (32 clients, quiet 2-core machine):
-    1,099 -> 1,365 creates/s, p99 116 -> 36 ms, 0.86 -> 0.69 ms of CPU per create.
-    Reference cycles are still collected, only in larger batches."""
+    flight waited for. Reference cycles are still collected, only in larger batches.
+    What it changes on ``benchmarks/api_create.py`` is measured in the README."""
     gc.collect()
     gc.freeze()
     _, second, third = gc.get_threshold()

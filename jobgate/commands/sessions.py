@@ -11,6 +11,7 @@ import click
 import typer
 
 from gateway.domain.status import SessionStatus
+from jobgate.client import segment
 from jobgate.commands.common import OutputOpt, client
 from jobgate.commands.run import (
     CommandArg,
@@ -112,7 +113,7 @@ def cluster_text(s: dict[str, Any]) -> str:
 def show(session: SessionArg, output: OutputOpt = Output.table) -> None:
     """Status, reason, exit code, node, resources, timestamps and the status history."""
     api = client()
-    s = api.get(f"/v1/sessions/{api.resolve_session(session)}")
+    s = api.get(f"/v1/sessions/{segment(api.resolve_session(session))}")
     if output == Output.json:
         print_json(s)
         return
@@ -191,7 +192,7 @@ def logs(
     """Output of a session (its stdout to stdout, its stderr to stderr)."""
     api = client()
     session_id = api.resolve_session(session)
-    wanted = _kernel_ids(api.get(f"/v1/sessions/{session_id}"), kernel)
+    wanted = _kernel_ids(api.get(f"/v1/sessions/{segment(session_id)}"), kernel)
     if follow:
         code, _ = follow_session(
             api, session_id, cancel_on_interrupt=False, quiet=True, kernels=wanted
@@ -199,7 +200,9 @@ def logs(
         if code == 130:
             raise typer.Exit(code)
         return
-    entries = api.get(f"/v1/sessions/{session_id}/logs", params={"format": "json"})["items"]
+    entries = api.get(f"/v1/sessions/{segment(session_id)}/logs", params={"format": "json"})[
+        "items"
+    ]
     if wanted is not None:
         entries = [e for e in entries if e.get("kernel") in wanted]
     if output == Output.json:
@@ -236,7 +239,7 @@ def remove(
     api = client()
     results = []
     for ref in sessions:
-        s = api.delete(f"/v1/sessions/{api.resolve_session(ref)}", params={"force": force})
+        s = api.delete(f"/v1/sessions/{segment(api.resolve_session(ref))}", params={"force": force})
         results.append(s)
     if output == Output.json:
         print_json(results)
@@ -297,7 +300,9 @@ def commit(
     Folder mounts and /home/work are not part of it. By default it waits until the image
     is in the cluster registry (ready), and fails if the commit failed."""
     api = client()
-    found = api.post(f"/v1/sessions/{api.resolve_session(session)}/commit", json={"image": image})
+    found = api.post(
+        f"/v1/sessions/{segment(api.resolve_session(session))}/commit", json={"image": image}
+    )
     deadline = time.monotonic() + timeout
     while wait and found["state"] == "committing":
         if time.monotonic() > deadline:

@@ -67,12 +67,15 @@ async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) 
             assert r.status_code == 422, (body, r.text)
             assert r.headers["content-type"].startswith("application/problem+json")
             assert field in r.text, (field, r.text)
+        for path in ("ping", "/a b", "/ping\r\nHost: evil"):  # contract.PROBE_PATH_PATTERN
+            r = await api.post("/v1/endpoints", json={**BODY, "probe": {"path": path}})
+            assert (r.status_code, r.json()["field"]) == (422, "probe.path"), r.text
         # well-formed, but the working directory was never uploaded: 404 naming it
         r = await api.post("/v1/endpoints", json={**BODY, "working_dir": "sha256:" + "0" * 64})
         assert (r.status_code, r.json()["field"]) == (404, "working_dir"), r.text
         assert (await api.get("/v1/endpoints")).json() == []
         r = await api.post("/v1/endpoints/nope/scale", json={"min_replicas": 3, "max_replicas": 1})
-        assert r.status_code in (404, 422)
+        assert (r.status_code, r.json()["field"]) == (422, "min_replicas"), r.text
     engine = create_engine(stack.settings.effective_database_url)
     try:
         async with create_session_factory(engine)() as db:
@@ -107,6 +110,26 @@ async def test_owner_tokens_idempotency_and_another_user(stack: Stack) -> None:
         assert "token" not in listed[0]
         bad = await api.post("/v1/endpoints/demo/tokens", json={"expires": "soon"})
         assert bad.status_code == 422
+
+        # scale: a range upside down is a 422; one that crosses the endpoint's own
+        # settings (max_replicas 1 now) a 409; both name min_replicas and change nothing
+        r = await api.post("/v1/endpoints/demo/scale", json={"min_replicas": 3, "max_replicas": 2})
+        assert (r.status_code, r.json()["field"]) == (422, "min_replicas"), r.text
+        assert r.json()["detail"] == "min_replicas (3) is above max_replicas (2)"
+        r = await api.post("/v1/endpoints/demo/scale", json={"min_replicas": 3})
+        assert (r.status_code, r.json()["field"]) == (409, "min_replicas"), r.text
+        assert "min_replicas (3) is above max_replicas (1)" in r.json()["detail"]
+        shown = (await api.get("/v1/endpoints/demo")).json()
+        assert (shown["autoscale"]["min_replicas"], shown["autoscale"]["max_replicas"]) == (1, 1)
+
+        # a new revision's probe path: the same rule as on create
+        for path in ("ping", "/a b", "/ping\n"):
+            r = await api.post("/v1/endpoints/demo/revisions", json={"probe": {"path": path}})
+            assert (r.status_code, r.json()["field"]) == (422, "probe.path"), r.text
+        odd = "/v1/models/m:predict?verbose=1"
+        r = await api.post("/v1/endpoints/demo/revisions", json={"probe": {"path": odd}})
+        assert r.status_code == 200, r.text
+        assert r.json()["current"]["probe"]["path"] == odd
 
         # the route the proxies read carries the token's digest only, then not at all
         redis = Redis.from_url(stack.redis_url)
@@ -488,6 +511,18 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
         r = await api.post("/v1/endpoints/demo/revisions", json={"folders": [{"name": "secret"}]})
         assert r.status_code == 404, r.text
         assert "folders.0.name" in r.text
+        # one in the trash: 409 naming it, on a new revision as on create
+        assert (await api.post("/v1/folders", json={"name": "old"})).status_code == 201
+        assert (await api.delete("/v1/folders/old")).status_code == 200
+        trashed = {"folders": [{"name": "old"}]}
+        for path, body in [
+            ("/v1/endpoints/demo/revisions", trashed),
+            ("/v1/endpoints", {**BODY, "name": "other", **trashed}),
+        ]:
+            r = await api.post(path, json=body)
+            assert (r.status_code, r.json()["field"]) == (409, "folders.0.name"), r.text
+            assert "trash" in r.json()["detail"]
+        assert (await api.get("/v1/endpoints/demo")).json()["revision"] == 2
 
         # an endpoint at zero holds nothing: the folder can go to the trash once demo's
         # replica ended; the next replica then fails with the reason (no crash loop)

@@ -291,7 +291,12 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
         assert (await a.post("/v1/folders/data/purge")).status_code == 204
         assert not (root / folder["id"]).exists()
         assert (await a.get("/v1/folders/data")).status_code == 404
-        assert (await a.post("/v1/folders", json={"name": "data"})).status_code == 201  # free again
+        again = await a.post("/v1/folders", json={"name": "data"})
+        assert again.status_code == 201  # free again
+        (root / again.json()["id"]).rmdir()  # its directory gone from disk: it holds nothing
+        gone = await a.get("/v1/folders/data")
+        assert gone.status_code == 200, gone.text
+        assert gone.json()["size"] == 0
 
         # uploads abandoned for a day are collected (this one and fits.bin, never sent)
         left = await start_upload(a, "data", "abandoned.bin", 10)

@@ -54,6 +54,25 @@ async def test_max_pending_refuses_at_create_with_429(stack: Stack) -> None:
     assert r.json()["detail"] == "quota: user alice already has 1 of 1 pending sessions"
 
 
+async def test_a_project_max_pending_counts_every_member_at_create(stack: Stack) -> None:
+    alice = await stack.create_user("alice")
+    bob = await stack.create_user("bob")
+    await _admin(stack, "POST", "/v1/projects", {"name": "vision"})
+    for user in ("alice", "bob"):
+        await _admin(stack, "POST", "/v1/projects/vision/members", {"user": user})
+    await _admin(stack, "PUT", "/v1/policies/project/vision", {"max_pending": 1})
+    await stack.submit(alice, command=["x"], project="vision")  # no node: it stays pending
+    async with stack.client(bob) as api:
+        r = await api.post("/v1/sessions", json={"command": ["x"], "project": "vision"})
+        assert r.status_code == 429, r.text
+        problem = r.json()
+        assert problem["type"] == "urn:jobgate:problem:quota-exceeded"
+        assert problem["detail"] == "quota: project vision already has 1 of 1 pending sessions"
+        # the limit is the project's: bob's own sessions outside it are not held back
+        r = await api.post("/v1/sessions", json={"command": ["x"]})
+        assert r.status_code == 201, r.text
+
+
 async def test_project_quota_counts_every_member(stack: Stack) -> None:
     await stack.start_worker(worker_runtime="sim")
     alice = await stack.create_user("alice")

@@ -67,6 +67,37 @@ async def test_one_killed_while_preparing_without_its_job_or_after_a_stop_ends(
     assert store.is_done("k2")
 
 
+async def test_a_running_kernel_whose_container_disappeared_is_reported_lost(
+    tmp_path: Path,
+) -> None:
+    """The worker comes back and the runtime no longer knows a kernel's container: the
+    worker reports it ``lost``, with the reason its session's owner reads (the gateway
+    makes it the session's status reason, gateway/events.py), and keeps the end for the
+    registration. A kernel whose container is still there is re-attached instead."""
+    agent, recorder = sim_agent(tmp_path)
+    store = agent.services.store
+    kept = _job("k2")
+    await agent.runtime.start(agent.spec(kept))  # still there after the restart
+    store.save(KernelState("k1", "s1", "n1", phase="running", attempt=2))
+    store.save(KernelState("k2", "s1", "n1", phase="running"))
+    await agent.recover()
+    assert list(agent.kernels) == ["k2"]
+    [lost] = recorder.events
+    assert (lost.kind, lost.kernel_id, lost.session_id, lost.node_id, lost.attempt) == (
+        "lost",
+        "k1",
+        "s1",
+        "n1",
+        2,
+    )
+    assert lost.message == "its container disappeared while the worker was down"
+    assert store.is_done("k1.a2")
+    info, endings = await agent.registration()
+    assert [k.kernel_id for k in info.kernels] == ["k2"]
+    assert endings == [lost]
+    await _settle(agent)
+
+
 async def test_the_ends_in_tombstones_come_back_for_the_registration(tmp_path: Path) -> None:
     agent, _ = sim_agent(tmp_path)
     ended = KernelEvent(kind="exited", kernel_id="k9", session_id="s9", node_id="n1", ts=1.0,
