@@ -122,6 +122,7 @@ class EndpointScale(Input):
                 "anyOf": [
                     both_given("replicas", "min_replicas"),
                     both_given("replicas", "max_replicas"),
+                    both_given("target_concurrency", "target_rps"),
                 ]
             }
         }
@@ -141,6 +142,8 @@ class EndpointScale(Input):
             self.min_replicas is not None or self.max_replicas is not None
         ):
             raise ValueError("give replicas, or min_replicas/max_replicas, not both")
+        if self.target_concurrency is not None and self.target_rps is not None:
+            raise ValueError("give target_concurrency or target_rps, not both")
         return self
 
     def apply(self, current: AutoscaleSettings) -> AutoscaleSettings:

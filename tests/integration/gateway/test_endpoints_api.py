@@ -119,8 +119,13 @@ async def test_owner_tokens_idempotency_and_another_user(stack: Stack) -> None:
         r = await api.post("/v1/endpoints/demo/scale", json={"min_replicas": 3})
         assert (r.status_code, r.json()["field"]) == (409, "min_replicas"), r.text
         assert "min_replicas (3) is above max_replicas (1)" in r.json()["detail"]
+        both = {"target_concurrency": 4, "target_rps": 10}
+        r = await api.post("/v1/endpoints/demo/scale", json=both)
+        assert r.status_code == 422, r.text
+        assert "give target_concurrency or target_rps, not both" in r.json()["detail"]
         shown = (await api.get("/v1/endpoints/demo")).json()
         assert (shown["autoscale"]["min_replicas"], shown["autoscale"]["max_replicas"]) == (1, 1)
+        assert shown["autoscale"]["target_rps"] is None
 
         # a new revision's probe path: the same rule as on create
         for path in ("ping", "/a b", "/ping\n"):
