@@ -7,6 +7,7 @@ Errors come back as :class:`ApiError` carrying the RFC 7807 problem the gateway 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -135,7 +136,7 @@ class Client:
         A name means the caller's newest session with that name: names are unique among
         live sessions, so that is the live one if there is one, else the newest that ended.
         """
-        if len(ref) == 36:
+        if _is_uuid(ref):
             return ref
         items: list[dict[str, Any]] = []
         if all(c in "0123456789abcdef-" for c in ref.lower()):
@@ -157,3 +158,11 @@ class Client:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _is_uuid(ref: str) -> bool:
+    """Whether *ref* is a whole session id (a 36-character name is not)."""
+    try:
+        return str(uuid.UUID(ref)) == ref.lower()
+    except ValueError:
+        return False

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from jobgate.cli import app
 from jobgate.client import segment, segments
 
-SID = ("../../../v1/users/x/keys/" + "y" * 36)[:36]  # 36 characters: taken as an id
+SID = "0f8fad5b-d9cb-469f-a165-70867728950e"  # a whole id: used as it is
+NAME36 = ("../../../v1/users/x/keys/" + "y" * 36)[:36]  # 36 characters, but a name
 
 CASES = {
     "node": (["nodes", "show", "../users"], "/v1/nodes/..%2Fusers"),
@@ -28,8 +29,9 @@ CASES = {
     "policy": (["admin", "policies", "rm", "user", ".."], "/v1/policies/user/%2E%2E"),
     "group": (["admin", "groups", "set", "g/h", "--description", "d"], "/v1/resource-groups/g%2Fh"),
     "image": (["images", "rm", "docker.io/library/x:1"], "/v1/images/docker.io%2Flibrary%2Fx%3A1"),
-    "session by id": (["sessions", "show", SID], f"/v1/sessions/{segment(SID)}"),
-    "app": (["apps", "open", "0" * 36, "a/b"], f"/v1/sessions/{'0' * 36}/apps/a%2Fb"),
+    "session by id": (["sessions", "show", SID], f"/v1/sessions/{SID}"),
+    "session by a 36-character name": (["sessions", "show", NAME36], "/v1/sessions"),
+    "app": (["apps", "open", SID, "a/b"], f"/v1/sessions/{SID}/apps/a%2Fb"),
     "endpoint token": (
         ["endpoints", "tokens", "revoke", "demo", "../x"],
         "/v1/endpoints/demo/tokens/..%2Fx",
