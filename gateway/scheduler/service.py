@@ -59,7 +59,7 @@ class Scheduler:
     max_pending_per_pass = 500
     min_pending_per_pass = 100
     max_pending_limit = 5000
-    target_pass_s = 0.3
+    target_pass_s = 0.25
     #: passes in a row for one request while new work keeps arriving
     max_loops = 50
 
