@@ -34,14 +34,21 @@ class ApiError(Exception):
 def segment(value: str) -> str:
     """*value* as one URL path segment: a name with ``/``, ``?`` or ``#`` in it stays one
     name (``show "a/tokens"`` must not reach another route), and so do ``.`` and ``..``
-    (which an HTTP client would otherwise resolve away: ``show ..`` is not ``GET /v1``)."""
+    (which an HTTP client would otherwise resolve away: ``show ..`` is not ``GET /v1``).
+    An empty name is refused here: it would name the list route instead."""
+    if not value:
+        raise ApiError(0, "Usage", "a name cannot be empty")
+    return _part(value)
+
+
+def _part(value: str) -> str:
     quoted = quote(value, safe="")
     return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def segments(path: str) -> str:
     """A path inside a folder, each of its parts a :func:`segment` (the server checks them)."""
-    return "/".join(segment(part) for part in path.split("/"))
+    return "/".join(_part(part) for part in path.split("/"))
 
 
 def _raise_for(response: httpx.Response) -> None:
@@ -136,6 +143,8 @@ class Client:
         A name means the caller's newest session with that name: names are unique among
         live sessions, so that is the live one if there is one, else the newest that ended.
         """
+        if not ref:
+            raise ApiError(0, "Usage", "a name cannot be empty")
         if _is_uuid(ref):
             return ref
         items: list[dict[str, Any]] = []

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from jobgate.cli import app
-from jobgate.client import segment, segments
+from jobgate.client import ApiError, segment, segments
 
 SID = "0f8fad5b-d9cb-469f-a165-70867728950e"  # a whole id: used as it is
 NAME36 = ("../../../v1/users/x/keys/" + "y" * 36)[:36]  # 36 characters, but a name
@@ -43,10 +43,35 @@ CASES = {
 }
 
 
+EMPTY = {
+    "endpoint": ["endpoints", "show", ""],
+    "node": ["nodes", "drain", ""],
+    "session": ["sessions", "show", ""],
+}
+
+
+@pytest.mark.parametrize("args", EMPTY.values(), ids=EMPTY.keys())
+def test_an_empty_name_is_refused_before_any_call(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked, result = _run(args, tmp_path, monkeypatch)
+    assert asked == []
+    assert isinstance(result.exception, ApiError), result.output
+    assert (result.exception.title, result.exception.detail) == ("Usage", "a name cannot be empty")
+
+
 @pytest.mark.parametrize(("args", "path"), CASES.values(), ids=CASES.keys())
 def test_a_typed_name_stays_in_its_own_path_segment(
     args: list[str], path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    asked, _ = _run(args, tmp_path, monkeypatch)
+    assert asked == [path]
+
+
+def _run(
+    args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], Result]:
+    """Run the CLI against a transport that records each path asked for (and 404s)."""
     asked: list[str] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -63,8 +88,8 @@ def test_a_typed_name_stays_in_its_own_path_segment(
         "JOBGATE_API_KEY": "jg_test",
         "JOBGATE_CONFIG": str(tmp_path / "none.toml"),
     }
-    CliRunner().invoke(app, args, env=env)
-    assert asked == [path]
+    result = CliRunner().invoke(app, args, env=env)
+    return asked, result
 
 
 def test_dot_names_are_encoded_and_other_names_kept() -> None:
