@@ -54,7 +54,7 @@ from appproxy.pages import (
 from appproxy.routes import RoutesUnavailable
 from contract.endpoints import ENDPOINT_TOKEN_PREFIX, EndpointRoute, token_digest
 
-__all__ = ["IDEMPOTENT_METHODS", "InferenceGate", "token_allowed"]
+__all__ = ["IDEMPOTENT_METHODS", "InferenceGate", "admitted_at_once", "token_allowed"]
 
 #: methods retried on another replica when the first could not be connected to
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -74,6 +74,22 @@ def token_allowed(route: EndpointRoute, token: str, now: float) -> bool:
         ):
             found = True
     return found
+
+
+def admitted_at_once(route: EndpointRoute, req: Incoming) -> bool | None:
+    """Whether to hide ``Authorization`` from the replica, for a caller admitted without
+    asking anyone (public endpoint, or a live endpoint token); None otherwise (refused,
+    or an API key that needs the user look-up)."""
+    bearer = req.bearer
+    if route.public:
+        return bearer is not None and (
+            req.jobgate_key is not None or bearer.startswith(ENDPOINT_TOKEN_PREFIX)
+        )
+    if bearer is None or req.jobgate_key is not None:
+        return None
+    if token_allowed(route, bearer, time.time()):
+        return True
+    return None
 
 
 class InferenceGate:
@@ -138,12 +154,11 @@ class InferenceGate:
         except RoutesUnavailable:
             return None, False, ROUTES_UNAVAILABLE
         route = endpoint.route if endpoint is not None else None
+        if route is not None:
+            hide = admitted_at_once(route, req)
+            if hide is not None:
+                return endpoint, hide, None
         bearer = req.bearer
-        ours = bearer is not None and (
-            req.jobgate_key is not None or bearer.startswith(ENDPOINT_TOKEN_PREFIX)
-        )
-        if route is not None and route.public:
-            return endpoint, ours, None
         if bearer is None:
             return None, False, ENDPOINT_TOKEN_REQUIRED
         if req.jobgate_key is not None:
@@ -155,8 +170,6 @@ class InferenceGate:
                 return None, False, ENDPOINT_TOKEN_REFUSED
             if route is None or not (user.admin or user.id == route.owner_id):
                 return None, False, UNKNOWN_ENDPOINT
-            return endpoint, True, None
-        if route is not None and token_allowed(route, bearer, time.time()):
             return endpoint, True, None
         return None, False, ENDPOINT_TOKEN_REFUSED
 
