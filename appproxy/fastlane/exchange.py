@@ -234,10 +234,20 @@ class FastExchange:
 
     # -- the replica's side (UpstreamConnection calls these) -------------------------------------
     def upstream_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self._arm()
         self._replica.responded(self._lane.loop.time() - self._sent_at, status)
-        out = self._out
-        out.append(STATUS_LINE[status])
+        conn = self._conn
+        assert conn is not None
+        key = (status, self.keep_alive, *headers)
+        memo = conn.head_memo  # a replica tends to answer with the same head each time
+        if memo is None or memo[0] != key:
+            memo = conn.head_memo = (key, *self._client_head(status, headers))
+        self._out.append(memo[1])
+        self._chunked = memo[2]
+        self._answering = True
+
+    def _client_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bool]:
+        """The answer's head for the client, and whether its body goes out in chunks."""
+        out = [STATUS_LINE[status]]
         for name, value in self._protocol.server_state.default_headers:
             out += (name, b": ", value, b"\r\n")
         framed = status in (204, 304)
@@ -248,10 +258,9 @@ class FastExchange:
         if not self.keep_alive:
             out.append(_CLOSE)
         if not framed:  # as uvicorn: no length given, so chunks
-            self._chunked = True
             out.append(_CHUNKED)
         out.append(b"\r\n")
-        self._answering = True
+        return b"".join(out), not framed
 
     def upstream_body(self, data: bytes) -> None:
         if self._chunked:
@@ -337,7 +346,7 @@ class FastExchange:
         self.response_complete = True
         if not self.keep_alive:
             self._transport.close()
-        self._protocol.on_response_complete()
+        self._protocol.fast_response_complete(self._lane.timers)
 
     def _page(self, page: Page) -> None:
         """Answer with one of the proxy's pages instead of the replica's."""

@@ -11,16 +11,23 @@
 
 Every check before the slot is taken is free of side effects, so a request that is not
 taken is handled exactly as if the lane did not exist.
+
+A keep-alive client usually sends the same head again and again (same method, URL and
+headers). What depends only on the head - the target, the credentials, the head for the
+replica, the admission for one route - is kept per connection (:class:`ParsedHead`)
+and used again while the next head is byte for byte the same; the route, the balancer
+and the token's expiry are looked at for every request.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Final
+import math
+import time
+from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
-from appproxy.asgi import Scope
 from appproxy.backend.client import request_head
 from appproxy.backend.headers import Forwarding, request_headers
 from appproxy.backend.timers import CoarseTimers
@@ -35,12 +42,75 @@ if TYPE_CHECKING:
     from appproxy.fastlane.protocol import FastLaneProtocol
     from appproxy.inference.prober import ReadinessProber
     from appproxy.inference.store import EndpointStore
+    from contract.endpoints import EndpointRoute
 
-__all__ = ["FastLane"]
+__all__ = ["FastLane", "ParsedHead"]
 
 _METHODS: Final = frozenset({b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS"})
 _IDEMPOTENT: Final = frozenset(m.encode() for m in IDEMPOTENT_METHODS)
 _ENDPOINT_ROOT: Final = b"/e/"
+
+
+class ParsedHead:
+    """What one request head means for the lane (``name`` None: not for the lane)."""
+
+    __slots__ = (
+        "_forwarding",
+        "_heads",
+        "_hide",
+        "_route",
+        "_until",
+        "has_body",
+        "key",
+        "name",
+        "req",
+        "retry",
+        "target",
+    )
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+        self.name: str | None = None
+        self.req: Incoming | None = None
+        self.target = b""
+        self.has_body = False
+        self.retry = False
+        self._forwarding: Forwarding | None = None
+        self._heads: dict[bool, bytes | None] = {}
+        self._route: EndpointRoute | None = None
+        self._hide = False
+        self._until = 0.0
+
+    def admitted(self, route: EndpointRoute) -> bool | None:
+        """Whether to hide Authorization (the caller is admitted at once), or None."""
+        if route is self._route and (self._until == math.inf or time.time() < self._until):
+            return self._hide
+        assert self.req is not None
+        admitted = admitted_at_once(route, self.req)
+        if admitted is None:
+            self._route = None
+            return None
+        self._route = route
+        self._hide, self._until = admitted
+        return self._hide
+
+    def head(self, method: bytes, headers: list[tuple[bytes, bytes]], hide: bool) -> bytes | None:
+        """The request head for the replica (None: a target that cannot be sent)."""
+        if hide in self._heads:
+            return self._heads[hide]
+        assert self._forwarding is not None
+        upstream_headers = request_headers(
+            headers,
+            self._forwarding,
+            cookie_filter=strip_jobgate_cookies,
+            hide_authorization=hide,
+        )
+        try:
+            head: bytes | None = request_head(method, self.target, upstream_headers)
+        except ValueError:
+            head = None  # the ASGI path answers it (502, as for any unsendable target)
+        self._heads[hide] = head
+        return head
 
 
 class FastLane:
@@ -78,45 +148,27 @@ class FastLane:
         method = _plain_method(protocol)
         if method is None:
             return False
-        url = httptools.parse_url(protocol.url)
-        raw_path: bytes | None = url.path
-        if not raw_path:
+        headers = protocol.headers
+        key = (method, protocol.url, *headers)
+        parsed = protocol.parsed
+        if parsed is None or parsed.key != key:
+            parsed = protocol.parsed = self._parse(protocol, method, key)
+        name = parsed.name
+        if name is None:
             return False
-        on_path = raw_path.startswith(_ENDPOINT_ROOT)
-        if not on_path and not self._base_domain:
-            return False
-        scope: Scope = protocol.scope  # type: ignore[assignment]
-        scope["raw_path"] = raw_path
-        scope["query_string"] = url.query or b""
-        req = Incoming(scope, self._trusted)
-        target = self._target(req, on_path)
-        if target is None:
-            return False
-        endpoint = self._store.peek(target.name)
+        endpoint = self._store.peek(name)
         if endpoint is None:
             return False
-        hide = admitted_at_once(endpoint.route, req)
+        hide = parsed.admitted(endpoint.route)
         if hide is None:
             return False
-        framing = _framing(protocol.headers)
-        if framing is None:
+        head = parsed.head(method, headers, hide)
+        if head is None:
             return False
-        has_body, keyed = framing
-        forwarding = Forwarding(req.host, req.scheme, req.forwarded_for, target.prefix)
-        headers = request_headers(
-            protocol.headers,
-            forwarding,
-            cookie_filter=strip_jobgate_cookies,
-            hide_authorization=hide,
-        )
-        request_target = target.rest + (f"?{req.query}" if req.query else "")
-        try:
-            head = request_head(method, request_target.encode("latin-1"), headers)
-        except ValueError:
-            return False  # the ASGI path answers it (502, as for any unsendable target)
         replica = endpoint.balancer.try_admit()
         if replica is None:
             return False  # the queue, or held at zero: the ASGI path waits
+        assert parsed.req is not None
         exchange = FastExchange(
             self,
             protocol,
@@ -124,16 +176,47 @@ class FastLane:
             replica,
             method=method,
             head=head,
-            has_body=has_body,
+            has_body=parsed.has_body,
             keep_alive=protocol.parser.should_keep_alive(),
-            retry=keyed or method in _IDEMPOTENT,
-            accept=req.accept,
+            retry=parsed.retry,
+            accept=parsed.req.accept,
         )
         protocol.cycle = exchange  # type: ignore[assignment]
         protocol.fast = exchange
         self.taken += 1
         exchange.start()
         return True
+
+    def _parse(self, protocol: FastLaneProtocol, method: bytes, key: tuple[Any, ...]) -> ParsedHead:
+        parsed = ParsedHead(key)
+        url = httptools.parse_url(protocol.url)
+        raw_path: bytes | None = url.path
+        if not raw_path:
+            return parsed
+        on_path = raw_path.startswith(_ENDPOINT_ROOT)
+        if not on_path and not self._base_domain:
+            return parsed
+        framing = _framing(protocol.headers)
+        if framing is None:
+            return parsed
+        scope = {
+            "headers": protocol.headers,
+            "client": protocol.client,
+            "scheme": protocol.scheme,
+            "raw_path": raw_path,
+            "query_string": url.query or b"",
+        }
+        req = Incoming(scope, self._trusted)
+        target = self._target(req, on_path)
+        if target is None:
+            return parsed
+        parsed.req = req
+        parsed.name = target.name
+        parsed.has_body, keyed = framing
+        parsed.retry = keyed or method in _IDEMPOTENT
+        parsed.target = (target.rest + (f"?{req.query}" if req.query else "")).encode("latin-1")
+        parsed._forwarding = Forwarding(req.host, req.scheme, req.forwarded_for, target.prefix)
+        return parsed
 
     def _target(self, req: Incoming, on_path: bool) -> EndpointTarget | None:
         target: EndpointTarget | None = None

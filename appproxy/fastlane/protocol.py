@@ -15,9 +15,14 @@ started), looked up per request.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
+from appproxy.backend.timers import CoarseTimers
 from appproxy.corked import CorkedHttpProtocol, CorkedTransport
 from appproxy.fastlane.exchange import FastExchange
+
+if TYPE_CHECKING:
+    from appproxy.fastlane.lane import FastLane, ParsedHead
 
 __all__ = ["FastLaneProtocol"]
 
@@ -26,21 +31,43 @@ class FastLaneProtocol(CorkedHttpProtocol):
     """``Config(http=FastLaneProtocol)``; behaves as :class:`CorkedHttpProtocol` when the
     app has no fast lane."""
 
-    fast: FastExchange | None = None
+    fast: FastExchange | None = None  # the exchange in progress
+    parsed: ParsedHead | None = None  # the last request head the lane looked at
     corked: CorkedTransport
+    _idle_timers: CoarseTimers | None = None  # keep-alive timeout armed after a fast exchange
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.corked = self.transport  # type: ignore[assignment]
 
+    def data_received(self, data: bytes) -> None:
+        if self._idle_timers is not None:
+            self._idle_timers.disarm(self)
+            self._idle_timers = None
+        super().data_received(data)
+
     def on_headers_complete(self) -> None:
-        lane = getattr(self.app, "fast_lane", None)
+        lane: FastLane | None = getattr(self.app, "fast_lane", None)
         if lane is None or not lane.try_start(self):
             super().on_headers_complete()
 
     def fast_done(self, exchange: FastExchange) -> None:
         if self.fast is exchange:
             self.fast = None
+
+    def fast_response_complete(self, timers: CoarseTimers) -> None:
+        """uvicorn's ``on_response_complete`` after a fast exchange, with the keep-alive
+        timeout on the lane's coarse timers (a loop timer per response costs more)."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_timers = timers
+            timers.arm(self, self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
     def on_body(self, body: bytes) -> None:
         cycle: object = self.cycle  # a FastExchange stands where uvicorn keeps its cycle
@@ -58,6 +85,9 @@ class FastLaneProtocol(CorkedHttpProtocol):
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_timers is not None:
+            self._idle_timers.disarm(self)
+            self._idle_timers = None
         fast = self.fast
         if fast is not None:
             fast.client_lost()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import httptools
 
@@ -50,6 +50,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.until_close = False
         self.keep_alive = False
         self.headers: list[tuple[bytes, bytes]] = []
+        #: the sink's memo of the last answer's head (the exchange's business)
+        self.head_memo: tuple[Any, ...] | None = None
 
     def begin(self, sink: Sink) -> None:
         """Start an exchange: answers go to ``sink`` until it is done or lost."""
