@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -22,7 +23,7 @@ from proxy_harness import AppServer, AppState, Proxy, ProxyFactory, SampleApp, p
 
 from appproxy.inference.balancer import Replica
 from appproxy.inference.store import Endpoint
-from contract.endpoints import Probe, ReplicaTarget
+from contract.endpoints import Probe, ReplicaTarget, TokenGrant, token_digest
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # probes find a replica ready at once, then leave it alone: only requests notice a death
@@ -166,6 +167,42 @@ async def test_public_endpoint_passes_foreign_authorization(
     assert header_values(plain.json(), "authorization") == ["Basic dXNlcjpwdw=="]
     assert header_values(token.json(), "authorization") == []
     expect_taken(proxy, fast_lane, 2)
+
+
+async def test_a_repeated_request_head_still_meets_a_revoked_or_expired_token(
+    app_server: AppServer, proxy_factory: ProxyFactory, fast_lane: bool
+) -> None:
+    proxy = await proxy_factory(proxy_fast_lane=fast_lane)
+    target = ReplicaTarget(session_id="replica-0", index=0, revision=1, upstream=app_server.url)
+    short = "jge_short-lived-0123456789"
+    expires = time.time() + 1.0
+    grants = (
+        TokenGrant(id="tok-1", digest=token_digest(TOKEN)),
+        TokenGrant(id="tok-2", digest=token_digest(short), expires_at=expires),
+    )
+    await publish(proxy.redis, route(target, tokens=grants, probe=QUIET_PROBE))
+    endpoint = await _endpoint(proxy)
+
+    async def ready() -> bool:
+        return endpoint.balancer.ready_count == 1
+
+    await eventually(ready, what="replica ready")
+    async with proxy.client() as client:  # one keep-alive connection, the same head again
+        short_auth = {"Authorization": f"Bearer {short}"}
+        for _ in range(2):  # (the second head carries the app's cookie, then no change)
+            assert (await client.get("/e/iris/x", headers=short_auth)).status_code == 200
+        await asyncio.sleep(max(0.0, expires - time.time()) + 0.05)
+        assert (await client.get("/e/iris/x", headers=short_auth)).status_code == 401
+        assert (await client.get("/e/iris/x", headers=AUTH)).status_code == 200
+        # revoked: the route changes, and the same head is refused from then on
+        await publish(proxy.redis, route(target, tokens=grants[1:], probe=QUIET_PROBE))
+
+        async def applied() -> bool:
+            return len(endpoint.route.tokens) == 1
+
+        await eventually(applied, what="the new route applied")
+        assert (await client.get("/e/iris/x", headers=AUTH)).status_code == 401
+    expect_taken(proxy, fast_lane, 3)
 
 
 async def test_keep_alive_both_ways_and_counters(
