@@ -1,0 +1,202 @@
+"""The fast lane inside uvicorn's protocol, with stand-in transports (no sockets).
+
+What the integration tests cannot steer: a request pipelined behind a fast exchange,
+the keep-alive timeout after a fast answer, a graceful shutdown in the middle of one,
+and a client that leaves before the replica answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from uvicorn.server import ServerState
+
+from appproxy.asgi import Receive, Scope, Send
+from appproxy.fastlane.lane import FastLane
+from appproxy.fastlane.protocol import FastLaneProtocol
+from appproxy.fastlane.upstream import UpstreamConnection
+from appproxy.frontend.incoming import TrustedNetworks
+from appproxy.inference.balancer import Replica
+from appproxy.inference.store import Endpoint, EndpointStore
+from appproxy.metrics import EndpointCounters
+from contract.endpoints import EndpointRoute, Probe, ReplicaTarget, TokenGrant, token_digest
+
+TOKEN = "jge_unit-token-0123456789"
+FAST = b"GET /e/unit/ping HTTP/1.1\r\nhost: proxy\r\nauthorization: Bearer " + TOKEN.encode()
+FAST += b"\r\n\r\n"
+SLOW = b"GET /other HTTP/1.1\r\nhost: proxy\r\n\r\n"  # not an endpoint: the ASGI path
+ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+class Transport:
+    """Records writes; closing is a flag."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def take(self) -> bytes:
+        data, self.written = b"".join(self.written), []
+        return data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8421), "peername": ("127.0.0.1", 50000)}.get(name)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class App:
+    """The ASGI side: answers "asgi" to whatever reaches it."""
+
+    fast_lane: FastLane | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"asgi"})
+
+
+class Rig:
+    def __init__(self, lane: FastLane, endpoint: Endpoint, **config: Any) -> None:
+        self.lane, self.endpoint = lane, endpoint
+        app = App()
+        app.fast_lane = lane
+        options: dict[str, Any] = {"lifespan": "off", "proxy_headers": False, "access_log": False}
+        cfg = uvicorn.Config(app, http=FastLaneProtocol, **options, **config)
+        cfg.load()
+        self.state = ServerState()
+        self.protocol = FastLaneProtocol(cfg, self.state, {}, _loop=asyncio.get_running_loop())
+        self.client = Transport()
+        self.protocol.connection_made(self.client)  # type: ignore[arg-type]
+        self.state.connections.add(self.protocol)
+        self.upstreams: list[tuple[UpstreamConnection, Transport]] = []
+        for replica in endpoint.balancer.replicas.values():
+            conn, transport = UpstreamConnection(), Transport()
+            conn.connection_made(transport)  # type: ignore[arg-type]
+            lane.pool.put_back(replica.upstream or "", conn)
+            self.upstreams.append((conn, transport))
+
+    def asked(self) -> tuple[UpstreamConnection, bytes]:
+        """The upstream connection that was sent a request, and the request."""
+        for conn, transport in self.upstreams:
+            if transport.written:
+                return conn, transport.take()
+        raise AssertionError("no replica was asked")
+
+    @property
+    def replica(self) -> Replica:
+        (replica,) = self.endpoint.balancer.replicas.values()
+        return replica
+
+
+async def rig(**config: Any) -> Rig:
+    store = EndpointStore(None, EndpointCounters(lambda session_id: None))  # type: ignore[arg-type]
+    target = ReplicaTarget(
+        session_id="r0", index=0, revision=1, upstream="http://127.0.0.1:9", state="serving"
+    )
+    grant = TokenGrant(id="t", digest=token_digest(TOKEN))
+    route = EndpointRoute(
+        endpoint_id="ep-unit",
+        name="unit",
+        owner_id="u",
+        replicas=(target,),
+        tokens=(grant,),
+        probe=Probe(path="/ping"),
+    )
+    store._apply("unit", route)
+    store.live.set()
+    endpoint = store.peek("unit")
+    assert endpoint is not None
+    for replica in endpoint.balancer.replicas.values():
+        replica.ready = True
+    endpoint.balancer.refresh()
+
+    class Prober:
+        def connect_failed(self, *args: object) -> None:
+            pass
+
+    lane = FastLane(
+        store=store,
+        prober=Prober(),  # type: ignore[arg-type]
+        trusted=TrustedNetworks([]),
+        base_domain=None,
+        public_host="",
+        connect_timeout=1.0,
+        read_timeout=300.0,
+        pool_size=8,
+    )
+    return Rig(lane, endpoint, **config)
+
+
+async def test_a_pipelined_request_waits_for_the_fast_answer_before_it() -> None:
+    r = await rig()
+    r.protocol.data_received(FAST + SLOW)  # both heads in one read
+    assert r.lane.taken == 1
+    assert r.client.take() == b""  # the second one waits in uvicorn's queue
+    conn, _ = r.asked()
+    conn.data_received(ANSWER)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    out = r.client.take()
+    first, second = out.split(b"\r\n\r\nok", 1)  # the fast answer first, whole
+    assert first == b"HTTP/1.1 200 OK\r\ncontent-length: 2"
+    assert second.endswith(b"4\r\nasgi\r\n0\r\n\r\n")  # then the ASGI path's
+    assert r.state.total_requests == 2
+
+
+async def test_keep_alive_timeout_closes_an_idle_connection_after_a_fast_answer() -> None:
+    r = await rig(timeout_keep_alive=0.2)
+    r.protocol.data_received(FAST)
+    conn, request = r.asked()
+    assert request.startswith(b"GET /ping HTTP/1.1\r\nhost: proxy\r\n")
+    conn.data_received(ANSWER)
+    assert r.client.take().endswith(b"ok")
+    assert not r.client.is_closing()
+    for _ in range(100):  # bounded: the coarse timers tick every 0.1 s
+        if r.client.is_closing():
+            break
+        await asyncio.sleep(0.05)
+    assert r.client.is_closing()
+
+
+async def test_shutdown_in_the_middle_lets_the_answer_finish_then_closes() -> None:
+    r = await rig()
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    r.protocol.shutdown()  # uvicorn's graceful shutdown: the exchange is still running
+    assert not r.client.is_closing()
+    conn.data_received(ANSWER)
+    out = r.client.take()
+    assert b"connection: close\r\n" in out
+    assert out.endswith(b"ok")
+    assert r.client.is_closing()
+    assert r.replica.in_flight == 0
+
+
+async def test_a_client_leaving_before_the_answer_frees_the_slot_and_the_connection() -> None:
+    r = await rig()
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    assert r.replica.in_flight == 1
+    r.protocol.connection_lost(None)
+    assert r.replica.in_flight == 0
+    assert r.replica.stats.in_flight == 0
+    assert conn.closed  # the replica's connection is not reused for someone else
+    assert r.lane.pool.take(r.replica.upstream or "") is None
