@@ -64,6 +64,34 @@ _NO_EVENT: Final = _NoEvent()
 class FastExchange:
     """A request carried from uvicorn's parser callbacks to a replica and back."""
 
+    __slots__ = (
+        "_accept",
+        "_answering",
+        "_body_done",
+        "_chunked",
+        "_conn",
+        "_connecting",
+        "_endpoint",
+        "_has_body",
+        "_head",
+        "_held",
+        "_held_size",
+        "_holding",
+        "_lane",
+        "_method",
+        "_out",
+        "_protocol",
+        "_reading_paused",
+        "_replica",
+        "_retry",
+        "_reused",
+        "_sent_at",
+        "_transport",
+        "disconnected",
+        "finished",
+        "keep_alive",
+        "response_complete",
+    )
     message_event: Final = _NO_EVENT
 
     def __init__(
