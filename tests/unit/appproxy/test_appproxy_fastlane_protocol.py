@@ -106,7 +106,7 @@ class Rig:
         return replica
 
 
-async def rig(**config: Any) -> Rig:
+async def rig(read_timeout: float = 300.0, **config: Any) -> Rig:
     store = EndpointStore(None, EndpointCounters(lambda session_id: None))  # type: ignore[arg-type]
     target = ReplicaTarget(
         session_id="r0", index=0, revision=1, upstream="http://127.0.0.1:9", state="serving"
@@ -139,7 +139,7 @@ async def rig(**config: Any) -> Rig:
         base_domain=None,
         public_host="",
         connect_timeout=1.0,
-        read_timeout=300.0,
+        read_timeout=read_timeout,
         pool_size=8,
     )
     return Rig(lane, endpoint, **config)
@@ -200,3 +200,20 @@ async def test_a_client_leaving_before_the_answer_frees_the_slot_and_the_connect
     assert r.replica.stats.in_flight == 0
     assert conn.closed  # the replica's connection is not reused for someone else
     assert r.lane.pool.take(r.replica.upstream or "") is None
+
+
+async def test_a_replica_silent_before_its_head_is_the_504_page() -> None:
+    r = await rig(read_timeout=0.2)
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    for _ in range(100):  # bounded: the coarse timers tick every 0.1 s
+        if r.client.written:
+            break
+        await asyncio.sleep(0.05)
+    out = r.client.take()
+    assert out.startswith(b"HTTP/1.1 504 ")
+    assert b"urn:jobgate:proxy:app-timed-out" in out  # JSON: an API client (no Accept)
+    assert conn.closed
+    assert r.replica.stats.failures == 1
+    assert r.replica.in_flight == 0
+    assert not r.client.is_closing()  # the client's connection stays open for the next one
