@@ -2,7 +2,8 @@
 
 What the integration tests cannot steer: a request pipelined behind a fast exchange,
 the keep-alive timeout after a fast answer, a graceful shutdown in the middle of one,
-and a client that leaves before the replica answers.
+a client that leaves before the replica answers, framing at both ends, back-pressure,
+and a bug in the lane (injected) contained to the one exchange.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
@@ -36,6 +38,7 @@ class Transport:
     def __init__(self) -> None:
         self.written: list[bytes] = []
         self.closing = False
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
@@ -54,10 +57,10 @@ class Transport:
         return {"sockname": ("127.0.0.1", 8421), "peername": ("127.0.0.1", 50000)}.get(name)
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def get_write_buffer_size(self) -> int:
         return 0
@@ -217,3 +220,56 @@ async def test_a_replica_silent_before_its_head_is_the_504_page() -> None:
     assert r.replica.stats.failures == 1
     assert r.replica.in_flight == 0
     assert not r.client.is_closing()  # the client's connection stays open for the next one
+
+
+# ---- framing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n",
+        b"Content-Length: 3\r\nContent-Length: 3\r\n",
+        b"Content-Length: 3, 3\r\n",
+        b"X-Folded: a\r\n b\r\n",  # obs-fold
+        b"X-Nul: a\x00b\r\n",
+        b"X-Cr: a\rb\r\n",
+    ],
+    ids=["cl-and-te", "two-cl", "cl-list", "obs-fold", "nul", "bare-cr"],
+)
+async def test_an_ambiguous_or_invalid_head_is_refused_before_the_lane(head: bytes) -> None:
+    r = await rig()
+    start = b"POST /e/unit/ping HTTP/1.1\r\nhost: proxy\r\nauthorization: Bearer "
+    r.protocol.data_received(start + TOKEN.encode() + b"\r\n" + head + b"\r\nabc")
+    assert r.client.take().startswith(b"HTTP/1.1 400 ")
+    assert r.client.is_closing()
+    assert r.lane.taken == 0
+    assert all(not transport.written for _, transport in r.upstreams)  # nothing reached a replica
+
+
+async def test_bytes_after_the_announced_body_are_the_next_request() -> None:
+    r = await rig()
+    post = FAST.replace(b"GET ", b"POST ").replace(b"\r\n\r\n", b"\r\ncontent-length: 3\r\n\r\n")
+    r.protocol.data_received(post + b"abc" + SLOW)
+    conn, request = r.asked()
+    assert request.endswith(b"\r\n\r\nabc")  # exactly the announced body, nothing more
+    conn.data_received(ANSWER)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert r.client.take().endswith(
+        b"ok" + b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nasgi\r\n0\r\n\r\n"
+    )
+    assert r.lane.pool.take(r.replica.upstream or "") is conn  # a clean exchange: reused
+
+
+async def test_an_answer_before_the_whole_body_does_not_reuse_the_replica_connection() -> None:
+    r = await rig()
+    post = FAST.replace(b"GET ", b"POST ").replace(b"\r\n\r\n", b"\r\ncontent-length: 10\r\n\r\n")
+    r.protocol.data_received(post + b"abc")
+    conn, _ = r.asked()
+    conn.data_received(ANSWER)  # the replica answers early
+    assert r.client.take().endswith(b"ok")
+    assert conn.closed  # the rest of the body would be read as the next request
+    r.protocol.data_received(b"defghij")  # the rest of the body: nobody's now
+    assert r.replica.in_flight == 0
+    assert not r.client.is_closing()
