@@ -28,6 +28,7 @@ __all__ = [
     "LINK_EXPIRED",
     "NOT_FOUND",
     "NOT_SIGNED_IN",
+    "PROXY_FAILED",
     "ROUTES_UNAVAILABLE",
     "SESSION_ENDED",
     "UNKNOWN_APP",
@@ -97,6 +98,12 @@ APP_NOT_ANSWERING = Page(
     "app-not-answering",
     "The app is not answering",
     "The app is starting or has stopped. Try again in a few seconds.",
+)
+PROXY_FAILED = Page(
+    502,
+    "proxy-failed",
+    "The proxy failed",
+    "The proxy failed while carrying this request (it has been logged). Try again.",
 )
 APP_TIMED_OUT = Page(
     504,

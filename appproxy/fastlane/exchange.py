@@ -16,19 +16,33 @@ path (``frontend/inference.py`` with ``backend/http.py``) keeps them: ``stats.st
 a stream flows, ``failed`` when the replica fails, the slot released after the last
 byte. A replica that cannot be connected to (not a byte sent) is reported to the prober
 and, for an idempotent request, the request goes once more to another replica.
+
+A bug in the lane is contained where it surfaces: every way in from outside (the
+client's protocol, the upstream connection, the connect task, the timers) passes an
+exception to :meth:`FastExchange.fail`, which logs it once (type and traceback, not
+the request's data), frees the slot, counts it, and answers 502 if nothing went to the
+client yet, or else closes the client's connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from typing import TYPE_CHECKING, Final
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from appproxy.backend.headers import response_headers
 from appproxy.fastlane.upstream import UpstreamConnection
-from appproxy.pages import APP_NOT_ANSWERING, APP_TIMED_OUT, Page, page_response, wants_json
+from appproxy.pages import (
+    APP_NOT_ANSWERING,
+    APP_TIMED_OUT,
+    PROXY_FAILED,
+    Page,
+    page_response,
+    wants_json,
+)
 
 if TYPE_CHECKING:
     from appproxy.fastlane.lane import FastLane
@@ -72,6 +86,7 @@ class FastExchange:
         "_conn",
         "_connecting",
         "_endpoint",
+        "_failed",
         "_has_body",
         "_head",
         "_held",
@@ -137,18 +152,22 @@ class FastExchange:
         self._out: list[bytes] = []
         self._reading_paused = False
         self._holding = True  # a slot of ``_replica`` is ours
+        self._failed = False  # fail() ran: a bug was logged
         self.finished = False
 
     # -- attempts -----------------------------------------------------------------------------
     def start(self) -> None:
-        replica = self._replica
-        replica.stats.started()
-        self._sent_at = self._lane.loop.time()
-        conn = self._lane.pool.take(replica.upstream or "")
-        if conn is None:
-            self._connect()
-        else:
-            self._send_on(conn, reused=True)
+        try:
+            replica = self._replica
+            replica.stats.started()
+            self._sent_at = self._lane.loop.time()
+            conn = self._lane.pool.take(replica.upstream or "")
+            if conn is None:
+                self._connect()
+            else:
+                self._send_on(conn, reused=True)
+        except Exception as exc:
+            self.fail(exc)
 
     def _connect(self) -> None:
         task = self._lane.loop.create_task(self._lane.pool.open(self._replica.upstream or ""))
@@ -162,14 +181,14 @@ class FastExchange:
             return
         self._connecting = None
         try:
-            conn = task.result()
-        except (OSError, TimeoutError, ValueError) as exc:
-            self._connect_failed(exc)
-            return
-        except BaseException as exc:  # a bug, not the replica's fault: fail loudly, free all
-            self._abort(exc)
-            return
-        self._send_on(conn, reused=False)
+            try:
+                conn = task.result()
+            except (OSError, TimeoutError, ValueError) as exc:
+                self._connect_failed(exc)
+                return
+            self._send_on(conn, reused=False)
+        except Exception as exc:
+            self.fail(exc)
 
     def _send_on(self, conn: UpstreamConnection, *, reused: bool) -> None:
         self._conn = conn
@@ -211,14 +230,17 @@ class FastExchange:
         conn = self._conn
         if conn is None or self.finished:
             return
-        conn.detach()
-        self._replica.failed()
-        if self._answering:
-            log.info("app at %s broke off: no answer in time", self._replica.upstream)
-            self._break()
-        else:
-            log.info("app at %s not answering: no answer in time", self._replica.upstream)
-            self._page(APP_TIMED_OUT)
+        try:
+            conn.detach()
+            self._replica.failed()
+            if self._answering:
+                log.info("app at %s broke off: no answer in time", self._replica.upstream)
+                self._break()
+            else:
+                log.info("app at %s not answering: no answer in time", self._replica.upstream)
+                self._page(APP_TIMED_OUT)
+        except Exception as exc:
+            self.fail(exc)
 
     # -- the client's side (FastLaneProtocol calls these) -------------------------------------
     def client_body(self, data: bytes) -> None:
@@ -397,13 +419,37 @@ class FastExchange:
         self._release()
         self._transport.close()
 
-    def _abort(self, exc: BaseException) -> None:
-        log.error("fast lane exchange failed", exc_info=exc)
+    def fail(self, exc: Exception) -> None:
+        """A bug in the lane (not the replica's doing) surfaced in a callback: logged once
+        (no message: it may hold request data), the replica's connection closed, the slot
+        freed and the failure counted; the client gets the 502 page if nothing went to it
+        yet, and its connection is closed either way."""
+        if self._failed:  # failing again while failing: just cut the connection
+            self._transport.close()
+            return
+        self._failed = True
+        self._lane.failures += 1
+        log.error(
+            "fast lane: a request to %s failed on a bug in the proxy (%s)\n%s",
+            self._replica.upstream,
+            type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
+        if self._connecting is not None:
+            self._connecting.cancel()
+            self._connecting = None
         if self._conn is not None:
             self._conn.detach()
+            self._conn = None
         if not self.finished:
+            self._replica.stats.failed()
             self._release()
-        self._transport.close()
+        self.keep_alive = False
+        if self._answering or self.response_complete or self.disconnected:
+            self._out = []
+            self._transport.close()
+        else:
+            self._page(PROXY_FAILED)  # closes the connection after it (keep_alive is off)
 
 
 def _reason(exc: BaseException) -> str:

@@ -10,7 +10,8 @@
     any "no" ─▶ False: uvicorn carries on as usual (the ASGI path decides and answers)
 
 Every check before the slot is taken is free of side effects, so a request that is not
-taken is handled exactly as if the lane did not exist.
+taken is handled exactly as if the lane did not exist - also when one of them fails on
+a bug (:meth:`FastLane.declined`: logged, counted, and the ASGI path answers).
 
 A keep-alive client usually sends the same head again and again (same method, URL and
 headers). What depends only on the head - the target, the credentials, the head for the
@@ -22,8 +23,10 @@ and the token's expiry are looked at for every request.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
+import traceback
 from typing import TYPE_CHECKING, Any, Final
 
 import httptools
@@ -45,6 +48,8 @@ if TYPE_CHECKING:
     from contract.endpoints import EndpointRoute
 
 __all__ = ["FastLane", "ParsedHead"]
+
+log = logging.getLogger(__name__)
 
 _METHODS: Final = frozenset({b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS"})
 _IDEMPOTENT: Final = frozenset(m.encode() for m in IDEMPOTENT_METHODS)
@@ -138,6 +143,7 @@ class FastLane:
         self.pool = UpstreamPool(connect_timeout=connect_timeout, max_idle_per_origin=pool_size)
         self.timers = CoarseTimers(resolution=0.1)
         self.taken = 0  # requests served here (tests and benchmarks look)
+        self.failures = 0  # exchanges ended by a bug in the lane (FastExchange.fail)
 
     def close(self) -> None:
         self.timers.close()
@@ -186,6 +192,18 @@ class FastLane:
         self.taken += 1
         exchange.start()
         return True
+
+    def declined(self, protocol: FastLaneProtocol, exc: Exception) -> None:
+        """:meth:`try_start` failed on a bug before taking a slot: logged (no message: it
+        may hold request data) and counted; the request goes the ASGI path."""
+        protocol.parsed = None  # nothing half-built is used again
+        self.failures += 1
+        log.error(
+            "fast lane: a request head failed on a bug in the proxy (%s); the ASGI path "
+            "answers it\n%s",
+            type(exc).__name__,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
 
     def _parse(self, protocol: FastLaneProtocol, method: bytes, key: tuple[Any, ...]) -> ParsedHead:
         parsed = ParsedHead(key)

@@ -10,6 +10,10 @@ Everything the lane does not take - sessions' ``/s/`` traffic, WebSockets, queue
 held requests, refusals, owner API keys, HTTP/1.0, ``Expect: 100-continue`` - runs
 exactly as before. The lane is the running app's ``fast_lane`` (None: off, or not
 started), looked up per request.
+
+Each callback that passes something to an exchange contains a failure there
+(:meth:`FastExchange.fail`): a bug in the lane never reaches httptools, which would
+report it as an invalid request (uvicorn's 400, written after whatever went out).
 """
 
 from __future__ import annotations
@@ -48,8 +52,13 @@ class FastLaneProtocol(CorkedHttpProtocol):
 
     def on_headers_complete(self) -> None:
         lane: FastLane | None = getattr(self.app, "fast_lane", None)
-        if lane is None or not lane.try_start(self):
-            super().on_headers_complete()
+        if lane is not None:
+            try:
+                if lane.try_start(self):
+                    return
+            except Exception as exc:  # before a slot was taken (the exchange contains its own)
+                lane.declined(self, exc)
+        super().on_headers_complete()
 
     def fast_done(self, exchange: FastExchange) -> None:
         if self.fast is exchange:
@@ -73,14 +82,17 @@ class FastLaneProtocol(CorkedHttpProtocol):
         cycle: object = self.cycle  # a FastExchange stands where uvicorn keeps its cycle
         if isinstance(cycle, FastExchange):
             if not cycle.finished:
-                cycle.client_body(body)
+                try:
+                    cycle.client_body(body)
+                except Exception as exc:
+                    cycle.fail(exc)
             return
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         cycle: object = self.cycle
         if isinstance(cycle, FastExchange):
-            cycle.client_body_done()
+            cycle.client_body_done()  # sets a flag
             return
         super().on_message_complete()
 
@@ -90,15 +102,24 @@ class FastLaneProtocol(CorkedHttpProtocol):
             self._idle_timers = None
         fast = self.fast
         if fast is not None:
-            fast.client_lost()
+            try:
+                fast.client_lost()
+            except Exception as error:
+                fast.fail(error)
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
         super().pause_writing()
-        if self.fast is not None:
-            self.fast.client_writable(False)
+        self._writable(False)
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        if self.fast is not None:
-            self.fast.client_writable(True)
+        self._writable(True)
+
+    def _writable(self, writable: bool) -> None:
+        fast = self.fast
+        if fast is not None:
+            try:
+                fast.client_writable(writable)
+            except Exception as exc:
+                fast.fail(exc)

@@ -8,7 +8,9 @@ The fast lane's exchange is the sink: every byte from the replica is handled in 
 callback that parsed it, with no future, no task and no coroutine per response.
 Framing follows RFC 9112 as in ``backend/client.py``: Content-Length, chunked, or a body
 that ends when the replica closes; 1xx answers are skipped. (HEAD requests never come
-here, so a bodiless answer is never waited on.)
+here, so a bodiless answer is never waited on.) A status httptools accepts but HTTP has
+not (600-999) is an invalid answer. A failure in a sink's callback is the sink's
+(``fail``), not the replica's: httptools would report it as an invalid answer.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Sink(Protocol):
     def upstream_done(self) -> None: ...
     def upstream_lost(self, reason: str) -> None: ...  # closed or broken before the end
     def upstream_paused(self, paused: bool) -> None: ...  # its send buffer is full / drained
+    def fail(self, exc: Exception) -> None: ...  # a bug surfaced in one of the above
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -81,27 +84,44 @@ class UpstreamConnection(asyncio.Protocol):
         self.received_any = True
         try:
             self.parser.feed_data(data)
+            sink.upstream_flush()
+        except httptools.HttpParserCallbackError as exc:  # raised in a callback: a bug
+            self._failed(sink, exc.__context__ if isinstance(exc.__context__, Exception) else exc)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._lost(f"the app's answer is not valid HTTP: {exc}")
-            return
-        sink.upstream_flush()
+        except Exception as exc:
+            self._failed(sink, exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.sink is None:
+        sink = self.sink
+        if sink is None:
             return
-        if self.head_done and self.until_close:
-            self.on_message_complete()  # the close is the end of this body
-        else:
-            self._lost("the app closed the connection")
+        try:
+            if self.head_done and self.until_close:
+                self.on_message_complete()  # the close is the end of this body
+            else:
+                self._lost("the app closed the connection")
+        except Exception as error:
+            self._failed(sink, error)
 
     def pause_writing(self) -> None:
-        if self.sink is not None:
-            self.sink.upstream_paused(True)
+        self._paused(True)
 
     def resume_writing(self) -> None:
-        if self.sink is not None:
-            self.sink.upstream_paused(False)
+        self._paused(False)
+
+    def _paused(self, paused: bool) -> None:
+        sink = self.sink
+        if sink is not None:
+            try:
+                sink.upstream_paused(paused)
+            except Exception as exc:
+                self._failed(sink, exc)
+
+    def _failed(self, sink: Sink, exc: Exception) -> None:
+        self.detach()
+        sink.fail(exc)
 
     def _lost(self, reason: str) -> None:
         sink = self.sink
@@ -117,6 +137,9 @@ class UpstreamConnection(asyncio.Protocol):
         status = self.parser.get_status_code()
         if 100 <= status < 200:
             return  # informational (103 Early Hints...): the real answer follows
+        if status >= 600:
+            self._lost(f"the app's answer is not valid HTTP: status {status}")
+            return
         self.head_done = True
         self.keep_alive = self.parser.should_keep_alive()
         if status not in (204, 304):

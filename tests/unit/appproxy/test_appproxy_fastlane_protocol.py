@@ -9,6 +9,7 @@ and a bug in the lane (injected) contained to the one exchange.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from appproxy.asgi import Receive, Scope, Send
+from appproxy.fastlane.exchange import FastExchange
 from appproxy.fastlane.lane import FastLane
 from appproxy.fastlane.protocol import FastLaneProtocol
 from appproxy.fastlane.upstream import UpstreamConnection
@@ -273,3 +275,94 @@ async def test_an_answer_before_the_whole_body_does_not_reuse_the_replica_connec
     r.protocol.data_received(b"defghij")  # the rest of the body: nobody's now
     assert r.replica.in_flight == 0
     assert not r.client.is_closing()
+
+
+async def test_a_status_http_does_not_know_is_an_invalid_answer() -> None:
+    r = await rig()
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    conn.data_received(b"HTTP/1.1 999 Odd\r\ncontent-length: 0\r\n\r\n")
+    out = r.client.take()
+    assert out.startswith(b"HTTP/1.1 502 ")
+    assert b"app-not-answering" in out
+    assert r.lane.failures == 0  # the replica's fault, not a bug in the lane
+    assert r.replica.stats.failures == 1
+    assert r.replica.in_flight == 0
+
+
+# ---- a bug in the lane -----------------------------------------------------------------------
+
+
+class Bug(Exception):
+    pass
+
+
+def _raise(*args: object) -> Any:
+    raise Bug("secret-" + TOKEN)
+
+
+async def test_a_bug_before_the_answer_is_the_502_page_and_frees_the_slot(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = await rig()
+    monkeypatch.setattr("appproxy.fastlane.exchange.response_headers", _raise)
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    with caplog.at_level(logging.ERROR):
+        conn.data_received(ANSWER)
+    out = r.client.take()
+    assert out.startswith(b"HTTP/1.1 502 ")
+    assert b"proxy-failed" in out
+    assert b"connection: close\r\n" in out
+    assert r.client.is_closing()
+    assert conn.closed
+    assert (r.replica.in_flight, r.replica.stats.in_flight, r.replica.stats.failures) == (0, 0, 1)
+    assert r.lane.failures == 1
+    (record,) = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert "Bug" in record.getMessage()
+    assert TOKEN not in caplog.text
+
+
+async def test_a_bug_in_the_middle_of_the_answer_cuts_the_client_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = await rig()
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    conn.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok")
+    assert r.client.take().endswith(b"\r\n\r\nok")
+    monkeypatch.setattr(FastExchange, "upstream_body", _raise)
+    conn.data_received(b"ok")
+    assert r.client.take() == b""  # nothing after the cut body
+    assert r.client.is_closing()
+    assert conn.closed
+    assert r.replica.in_flight == 0
+    assert r.lane.failures == 1
+
+
+async def test_a_bug_on_the_clients_side_frees_the_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = await rig()
+    monkeypatch.setattr(FastExchange, "client_body", _raise)
+    post = FAST.replace(b"GET ", b"POST ").replace(b"\r\n\r\n", b"\r\ncontent-length: 3\r\n\r\n")
+    r.protocol.data_received(post + b"abc")
+    conn, _ = r.asked()
+    out = r.client.take()
+    assert out.startswith(b"HTTP/1.1 502 ")  # not uvicorn's 400 for an invalid request
+    assert b"proxy-failed" in out
+    assert r.client.is_closing()
+    assert conn.closed
+    assert r.replica.in_flight == 0
+    assert r.lane.failures == 1
+
+
+async def test_a_bug_before_the_slot_leaves_the_request_to_the_asgi_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = await rig()
+    monkeypatch.setattr("appproxy.fastlane.lane.admitted_at_once", _raise)
+    r.protocol.data_received(FAST)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert r.client.take().endswith(b"4\r\nasgi\r\n0\r\n\r\n")
+    assert (r.lane.taken, r.lane.failures) == (0, 1)
+    assert r.replica.in_flight == 0
