@@ -193,17 +193,20 @@ class FastExchange:
     def _send_on(self, conn: UpstreamConnection, *, reused: bool) -> None:
         self._conn = conn
         self._reused = reused
+        self._reading_paused = False  # (a connection of its own: not paused)
         conn.begin(self)
         transport = conn.transport
         assert transport is not None
         if self._held:
-            transport.write(b"".join((self._head, *self._held)))
-            self._held = []
-            self._held_size = 0
+            held, self._held, self._held_size = self._held, [], 0
+            # before the write: a replica slow to read pauses the client again in it
             self._protocol.flow.resume_reading()
+            transport.write(b"".join((self._head, *held)))
         else:
             transport.write(self._head)
         self._arm()
+        if self._protocol.flow.write_paused:  # the client has not taken the last answer yet
+            self.client_writable(False)
 
     def _connect_failed(self, exc: BaseException) -> None:
         replica, endpoint = self._replica, self._endpoint

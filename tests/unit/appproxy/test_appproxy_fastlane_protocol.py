@@ -366,3 +366,50 @@ async def test_a_bug_before_the_slot_leaves_the_request_to_the_asgi_path(
     assert r.client.take().endswith(b"4\r\nasgi\r\n0\r\n\r\n")
     assert (r.lane.taken, r.lane.failures) == (0, 1)
     assert r.replica.in_flight == 0
+
+
+# ---- back-pressure, the pool -----------------------------------------------------------------
+
+
+async def test_a_client_still_behind_on_the_last_answer_pauses_the_next_one_at_once() -> None:
+    r = await rig()
+    r.protocol.pause_writing()  # its send buffer is still full from an earlier answer
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    upstream = next(t for c, t in r.upstreams if c is conn)
+    assert not upstream.reading  # the replica's answer waits in the replica, not here
+    r.protocol.resume_writing()
+    assert upstream.reading
+
+
+async def test_a_replica_slow_to_read_the_held_body_keeps_the_client_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = await rig()
+    for conn, _ in r.upstreams:
+        conn.close()  # no pooled connection: the body is held while connecting
+    connected = asyncio.Event()
+    conn = UpstreamConnection()
+
+    class Full(Transport):
+        def write(self, data: bytes) -> None:
+            super().write(data)
+            conn.pause_writing()  # as asyncio does when its buffer passes the high-water mark
+
+    async def open_slowly(origin: str) -> UpstreamConnection:
+        await connected.wait()
+        conn.connection_made(Full())  # type: ignore[arg-type]
+        return conn
+
+    monkeypatch.setattr(r.lane.pool, "open", open_slowly)
+    size = 3 * 1024 * 1024
+    post = FAST.replace(b"GET ", b"POST ").replace(
+        b"\r\n\r\n", f"\r\ncontent-length: {size}\r\n\r\n".encode()
+    )
+    r.protocol.data_received(post + b"x" * (2 * 1024 * 1024))
+    assert not r.client.reading  # held above the limit: paused
+    connected.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert conn.transport is not None
+    assert not r.client.reading  # the replica cannot take more yet
