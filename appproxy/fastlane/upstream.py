@@ -1,6 +1,8 @@
 """Keep-alive HTTP/1.1 connections to replicas that report to a callback sink, not a task.
 
     UpstreamPool.take(origin) ── an idle connection (LIFO, dropped when stale) │ None
+    UpstreamPool.put_back ──── kept idle: at most ``max_idle_per_origin``, closed after
+                               ``idle_timeout`` (swept, also for a replica that left)
     UpstreamPool.open(origin) ── a new one (coroutine: connect timeout, TLS for https)
     UpstreamConnection ── httptools ──▶ sink.upstream_head / _body / _done / _lost
 
@@ -183,6 +185,7 @@ class UpstreamPool:
         self._idle: dict[str, list[UpstreamConnection]] = {}
         self._tls: ssl.SSLContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweep_handle: asyncio.TimerHandle | None = None
 
     def take(self, origin: str) -> UpstreamConnection | None:
         """An idle connection that still looks usable, or None."""
@@ -221,8 +224,33 @@ class UpstreamPool:
             loop = self._loop = asyncio.get_running_loop()
         conn.idle_since = loop.time()
         idle.append(conn)
+        if self._sweep_handle is None:
+            self._sweep_handle = loop.call_later(self._idle_timeout, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close what has been idle too long (no request may come for it again: its
+        replica may have left the route), while anything is idle."""
+        assert self._loop is not None
+        self._sweep_handle = None
+        oldest = self._loop.time() - self._idle_timeout
+        for origin, idle in list(self._idle.items()):
+            kept: list[UpstreamConnection] = []
+            for conn in idle:
+                if conn.closed or conn.idle_since <= oldest:
+                    conn.close()
+                else:
+                    kept.append(conn)
+            if kept:
+                self._idle[origin] = kept
+            else:
+                del self._idle[origin]
+        if self._idle:
+            self._sweep_handle = self._loop.call_later(self._idle_timeout, self._sweep)
 
     def close(self) -> None:
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()

@@ -20,7 +20,7 @@ from appproxy.asgi import Receive, Scope, Send
 from appproxy.fastlane.exchange import FastExchange
 from appproxy.fastlane.lane import FastLane
 from appproxy.fastlane.protocol import FastLaneProtocol
-from appproxy.fastlane.upstream import UpstreamConnection
+from appproxy.fastlane.upstream import UpstreamConnection, UpstreamPool
 from appproxy.frontend.incoming import TrustedNetworks
 from appproxy.inference.balancer import Replica
 from appproxy.inference.store import Endpoint, EndpointStore
@@ -413,3 +413,16 @@ async def test_a_replica_slow_to_read_the_held_body_keeps_the_client_paused(
         await asyncio.sleep(0)
     assert conn.transport is not None
     assert not r.client.reading  # the replica cannot take more yet
+
+
+async def test_idle_replica_connections_are_closed_after_the_idle_timeout() -> None:
+    pool = UpstreamPool(connect_timeout=1.0, idle_timeout=0.05)
+    conn, transport = UpstreamConnection(), Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    pool.put_back("http://127.0.0.1:9", conn)  # its replica may never be asked again
+    for _ in range(100):  # bounded
+        if transport.closing:
+            break
+        await asyncio.sleep(0.02)
+    assert transport.closing
+    pool.close()
