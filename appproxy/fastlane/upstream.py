@@ -132,6 +132,10 @@ class UpstreamConnection(asyncio.Protocol):
             sink.upstream_lost(reason)
 
     # -- httptools callbacks --------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.sink is None:  # more after the answer, in the same read: nobody asked
+            self.close()  # the next exchange would read it as its answer: not reusable
+
     def on_header(self, name: bytes, value: bytes | None) -> None:
         self.headers.append((name, value or b""))
 

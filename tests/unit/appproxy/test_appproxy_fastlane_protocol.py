@@ -277,6 +277,16 @@ async def test_an_answer_before_the_whole_body_does_not_reuse_the_replica_connec
     assert not r.client.is_closing()
 
 
+async def test_bytes_after_the_replicas_answer_make_its_connection_unusable() -> None:
+    r = await rig()
+    r.protocol.data_received(FAST)
+    conn, _ = r.asked()
+    conn.data_received(ANSWER + b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\nsmuggled")
+    assert r.client.take().endswith(b"\r\n\r\nok")
+    assert conn.closed
+    assert r.lane.pool.take(r.replica.upstream or "") is None  # no one else reads the rest
+
+
 async def test_a_status_http_does_not_know_is_an_invalid_answer() -> None:
     r = await rig()
     r.protocol.data_received(FAST)
