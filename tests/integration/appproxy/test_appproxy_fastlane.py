@@ -127,6 +127,15 @@ async def test_headers_forwarded_and_stripped_as_on_the_asgi_path(
                 "X-Named": "hop",
                 "X-Custom": "passes",
                 "Accept": "application/json",
+                # hop-by-hop whatever Connection says (no "upgrade" there: not a handshake)
+                "TE": "trailers",
+                "Trailer": "X-Checksum",
+                "Upgrade": "h2c",
+                "Proxy-Authorization": "Basic cHJveHk6c2VjcmV0",
+                "Proxy-Connection": "keep-alive",
+                "Keep-Alive": "timeout=5",
+                "X-Real-IP": "6.6.6.6",
+                "Forwarded": "for=6.6.6.6",
             },
         )
     assert answer.status_code == 200
@@ -140,6 +149,10 @@ async def test_headers_forwarded_and_stripped_as_on_the_asgi_path(
     assert header_values(body, "host") == [proxy.url.removeprefix("http://")]
     assert header_values(body, "x-named") == []
     assert header_values(body, "x-custom") == ["passes"]
+    for name in ("te", "trailer", "upgrade", "proxy-authorization", "proxy-connection"):
+        assert header_values(body, name) == [], name
+    for name in ("keep-alive", "x-real-ip", "forwarded", "connection"):
+        assert header_values(body, name) == [], name
     # the answer: hop-by-hop headers and those its Connection names are dropped
     assert answer.headers["set-cookie"] == "app_cookie=1; Path=/"
     assert "x-hop" not in answer.headers
@@ -203,6 +216,35 @@ async def test_a_repeated_request_head_still_meets_a_revoked_or_expired_token(
         await eventually(applied, what="the new route applied")
         assert (await client.get("/e/iris/x", headers=AUTH)).status_code == 401
     expect_taken(proxy, fast_lane, 3)
+
+
+async def test_a_repeated_head_meets_a_public_endpoint_made_private_and_other_credentials(
+    app_server: AppServer, proxy_factory: ProxyFactory, fast_lane: bool
+) -> None:
+    proxy = await proxy_factory(proxy_fast_lane=fast_lane)
+    target = ReplicaTarget(session_id="replica-0", index=0, revision=1, upstream=app_server.url)
+    await publish(proxy.redis, route(target, public=True, probe=QUIET_PROBE))
+    endpoint = await _endpoint(proxy)
+
+    async def ready() -> bool:
+        return endpoint.balancer.ready_count == 1
+
+    await eventually(ready, what="replica ready")
+    async with proxy.client() as client:  # one keep-alive connection throughout
+        for _ in range(2):
+            assert (await client.get("/e/iris/x")).status_code == 200
+        wrong = {"Authorization": "Bearer jge_not-a-token"}
+        assert (await client.get("/e/iris/x", headers=wrong)).status_code == 200  # public
+        await publish(proxy.redis, route(target, public=False, probe=QUIET_PROBE))
+
+        async def private() -> bool:
+            return not endpoint.route.public
+
+        await eventually(private, what="the endpoint private")
+        assert (await client.get("/e/iris/x")).status_code == 401
+        assert (await client.get("/e/iris/x", headers=wrong)).status_code == 401
+        assert (await client.get("/e/iris/x", headers=AUTH)).status_code == 200
+    expect_taken(proxy, fast_lane, 4)
 
 
 async def test_keep_alive_both_ways_and_counters(
