@@ -249,6 +249,19 @@ async def test_an_ambiguous_or_invalid_head_is_refused_before_the_lane(head: byt
     assert all(not transport.written for _, transport in r.upstreams)  # nothing reached a replica
 
 
+async def test_absolute_form_is_routed_by_its_path_and_asterisk_form_is_not_the_lanes() -> None:
+    r = await rig()
+    r.protocol.data_received(FAST.replace(b"GET /e/", b"GET http://elsewhere.example/e/"))
+    _, request = r.asked()  # as on the ASGI path: the path, and the Host header as sent
+    assert request.startswith(b"GET /ping HTTP/1.1\r\nhost: proxy\r\n")
+    other = await rig()
+    other.protocol.data_received(b"OPTIONS * HTTP/1.1\r\nhost: proxy\r\n\r\n")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert other.client.take().endswith(b"4\r\nasgi\r\n0\r\n\r\n")
+    assert other.lane.taken == 0
+
+
 async def test_bytes_after_the_announced_body_are_the_next_request() -> None:
     r = await rig()
     post = FAST.replace(b"GET ", b"POST ").replace(b"\r\n\r\n", b"\r\ncontent-length: 3\r\n\r\n")
