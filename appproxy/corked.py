@@ -37,6 +37,13 @@ class CorkedTransport:
             self._loop.call_soon(self.flush)
         self._pending.append(data)
 
+    def write_now(self, data: bytes) -> None:
+        """Write at once, after anything held (the fast lane joins its own writes)."""
+        if self._pending:
+            self.flush()
+        if not self.raw.is_closing():
+            self.raw.write(data)
+
     def writelines(self, lines: list[bytes]) -> None:
         for data in lines:
             self.write(data)

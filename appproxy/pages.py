@@ -28,6 +28,7 @@ __all__ = [
     "LINK_EXPIRED",
     "NOT_FOUND",
     "NOT_SIGNED_IN",
+    "PROXY_FAILED",
     "ROUTES_UNAVAILABLE",
     "SESSION_ENDED",
     "UNKNOWN_APP",
@@ -35,6 +36,7 @@ __all__ = [
     "UNKNOWN_SESSION",
     "Page",
     "deny_websocket",
+    "page_response",
     "render",
     "send_page",
     "wants_json",
@@ -96,6 +98,12 @@ APP_NOT_ANSWERING = Page(
     "app-not-answering",
     "The app is not answering",
     "The app is starting or has stopped. Try again in a few seconds.",
+)
+PROXY_FAILED = Page(
+    502,
+    "proxy-failed",
+    "The proxy failed",
+    "The proxy failed while carrying this request (it has been logged). Try again.",
 )
 APP_TIMED_OUT = Page(
     504,
@@ -219,18 +227,20 @@ def _headers(
     return headers
 
 
+def page_response(
+    page: Page, *, as_json: bool, headers: Iterable[tuple[bytes, bytes]] = ()
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """(status, headers, body) of the answer that is ``page``."""
+    body, content_type = render(page, as_json=as_json)
+    return page.status, _headers(page, body, content_type, headers), body
+
+
 async def send_page(
     send: Send, page: Page, *, as_json: bool, headers: Iterable[tuple[bytes, bytes]] = ()
 ) -> None:
     """Answer an HTTP request with ``page``."""
-    body, content_type = render(page, as_json=as_json)
-    await send(
-        {
-            "type": "http.response.start",
-            "status": page.status,
-            "headers": _headers(page, body, content_type, headers),
-        }
-    )
+    status, head, body = page_response(page, as_json=as_json, headers=headers)
+    await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -1,5 +1,7 @@
 """Assembling and running the proxy: :func:`create_app` for tests, :func:`serve` for ``jobgate``.
 
+    FastLaneProtocol ── the common /e/{name}/… request ──▶ FastLane (fastlane/) ──▶ replica
+      │ anything else
     ProxyApp (lifespan: start/stop everything below)
       └─ InferenceGate (/e/{name}/…) ─ EndpointStore (Redis + pub/sub task), Balancer per
          │                             endpoint, ReadinessProber, LoadReporter (task)
@@ -14,9 +16,11 @@
 uvicorn runs it with uvloop and httptools when installed, without its own ``server`` and
 ``date`` headers (the app's pass through), with its access log off unless asked for,
 and then with link tokens redacted. Two protocol classes replace uvicorn's defaults:
-:class:`~appproxy.corked.CorkedHttpProtocol` sends a response's head and body in one
-write, and :class:`~appproxy.upgrade.UpgradeProtocol` tunnels WebSockets instead of
-parsing their frames.
+:class:`~appproxy.fastlane.protocol.FastLaneProtocol` (uvicorn's HTTP protocol with
+corked writes: a response's head and body in one write) serves the common inference
+request without the ASGI cycle (``fastlane/``), and
+:class:`~appproxy.upgrade.UpgradeProtocol` tunnels WebSockets instead of parsing their
+frames.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from appproxy.asgi import Receive, Scope, Send
 from appproxy.backend.client import ConnectionPool
 from appproxy.backend.http import HttpForwarder
 from appproxy.backend.websocket import WebSocketForwarder
-from appproxy.corked import CorkedHttpProtocol
+from appproxy.fastlane.lane import FastLane
+from appproxy.fastlane.protocol import FastLaneProtocol
 from appproxy.frontend.auth import Authenticator
 from appproxy.frontend.gate import SessionGate
 from appproxy.frontend.incoming import TrustedNetworks
@@ -69,6 +74,8 @@ class ProxyApp:
         self.settings = settings
         self._freeze_heap = freeze_heap
         self.gate: InferenceGate | None = None
+        #: read by FastLaneProtocol for each request (None: everything takes the ASGI path)
+        self.fast_lane: FastLane | None = None
         self.routes: RouteStore | None = None
         self.endpoints: EndpointStore | None = None
         #: this process's name in readiness verdicts and load reports
@@ -168,6 +175,18 @@ class ProxyApp:
             public_host=urlsplit(s.public_url).hostname or "",
             fallback=sessions,
         )
+        if s.proxy_fast_lane:
+            self.fast_lane = lane = FastLane(
+                store=endpoints,
+                prober=prober,
+                trusted=trusted,
+                base_domain=s.proxy_base_domain,
+                public_host=urlsplit(s.public_url).hostname or "",
+                connect_timeout=s.proxy_upstream_connect_timeout,
+                read_timeout=s.proxy_upstream_read_timeout,
+                pool_size=s.proxy_upstream_pool_size,
+            )
+            stack.callback(lane.close)
         if self._freeze_heap:
             # What exists now lives as long as the proxy process: keep the collector from
             # walking it again and again (a full collection of it took ~35 ms; wrk's p99
@@ -177,6 +196,7 @@ class ProxyApp:
 
     async def shutdown(self) -> None:
         self.gate = None
+        self.fast_lane = None
         if self._stack is not None:
             await self._stack.aclose()
             self._stack = None
@@ -220,7 +240,7 @@ def uvicorn_config(
         "date_header": False,
         "proxy_headers": False,
         "access_log": settings.proxy_access_log,
-        "http": CorkedHttpProtocol,
+        "http": FastLaneProtocol,
         "ws": UpgradeProtocol,
         "log_level": "info",
     }

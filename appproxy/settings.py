@@ -50,6 +50,8 @@ class ProxySettings(BaseSettings):
     proxy_activity_interval: float = Field(default=5.0, gt=0)
     proxy_access_log: bool = False  # uvicorn's access log, with tokens redacted
     proxy_workers: int = Field(default=1, ge=1)
+    #: serve the common inference request from the HTTP parser's callbacks (no ASGI cycle)
+    proxy_fast_lane: bool = True
 
     @field_validator("proxy_trusted_proxies", "proxy_metrics_allow", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ the session frontend (``fallback``).
 from __future__ import annotations
 
 import hmac
+import math
 import time
 from typing import Final
 
@@ -54,7 +55,13 @@ from appproxy.pages import (
 from appproxy.routes import RoutesUnavailable
 from contract.endpoints import ENDPOINT_TOKEN_PREFIX, EndpointRoute, token_digest
 
-__all__ = ["IDEMPOTENT_METHODS", "InferenceGate", "token_allowed"]
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "InferenceGate",
+    "admitted_at_once",
+    "token_allowed",
+    "token_valid_until",
+]
 
 #: methods retried on another replica when the first could not be connected to
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -63,17 +70,41 @@ _STARTING_RETRY_AFTER: Final = b"5"
 _ENDPOINT_ROOT_BYTES: Final = ENDPOINT_ROOT.encode()
 
 
-def token_allowed(route: EndpointRoute, token: str, now: float) -> bool:
-    """Whether ``token`` is one of the endpoint's live tokens (digests compared in
-    constant time, every grant looked at)."""
+def token_valid_until(route: EndpointRoute, token: str, now: float) -> float:
+    """Until when ``token`` is one of the endpoint's live tokens: ``math.inf`` for a grant
+    that never expires, 0.0 for none (digests compared in constant time, every grant
+    looked at)."""
     digest = token_digest(token)
-    found = False
+    until = 0.0
     for grant in route.tokens:
-        if hmac.compare_digest(grant.digest, digest) and (
-            grant.expires_at is None or grant.expires_at > now
-        ):
-            found = True
-    return found
+        if hmac.compare_digest(grant.digest, digest):
+            expires = math.inf if grant.expires_at is None else grant.expires_at
+            if expires > now and expires > until:
+                until = expires
+    return until
+
+
+def token_allowed(route: EndpointRoute, token: str, now: float) -> bool:
+    """Whether ``token`` is one of the endpoint's live tokens."""
+    return token_valid_until(route, token, now) > now
+
+
+def admitted_at_once(route: EndpointRoute, req: Incoming) -> tuple[bool, float] | None:
+    """For a caller admitted without asking anyone (a public endpoint, or a live endpoint
+    token): whether to hide ``Authorization`` from the replica, and until when the answer
+    holds for this route (``math.inf``: as long as the route is the same). None otherwise:
+    refused, or an API key that needs the user look-up."""
+    bearer = req.bearer
+    if route.public:
+        ours = bearer is not None and (
+            req.jobgate_key is not None or bearer.startswith(ENDPOINT_TOKEN_PREFIX)
+        )
+        return ours, math.inf
+    if bearer is None or req.jobgate_key is not None:
+        return None
+    now = time.time()
+    until = token_valid_until(route, bearer, now)
+    return (True, until) if until > now else None
 
 
 class InferenceGate:
@@ -138,12 +169,11 @@ class InferenceGate:
         except RoutesUnavailable:
             return None, False, ROUTES_UNAVAILABLE
         route = endpoint.route if endpoint is not None else None
+        if route is not None:
+            admitted = admitted_at_once(route, req)
+            if admitted is not None:
+                return endpoint, admitted[0], None
         bearer = req.bearer
-        ours = bearer is not None and (
-            req.jobgate_key is not None or bearer.startswith(ENDPOINT_TOKEN_PREFIX)
-        )
-        if route is not None and route.public:
-            return endpoint, ours, None
         if bearer is None:
             return None, False, ENDPOINT_TOKEN_REQUIRED
         if req.jobgate_key is not None:
@@ -155,8 +185,6 @@ class InferenceGate:
                 return None, False, ENDPOINT_TOKEN_REFUSED
             if route is None or not (user.admin or user.id == route.owner_id):
                 return None, False, UNKNOWN_ENDPOINT
-            return endpoint, True, None
-        if route is not None and token_allowed(route, bearer, time.time()):
             return endpoint, True, None
         return None, False, ENDPOINT_TOKEN_REFUSED
 

@@ -192,6 +192,17 @@ class Balancer:
             self._take(replica)
         return replica
 
+    def try_admit(self) -> Replica | None:
+        """A new request's slot if one is free now and nobody waits (counted as a request
+        as :meth:`acquire` counts it); None: leave it to :meth:`acquire`."""
+        if self._waiters:
+            return None
+        replica = self.pick()
+        if replica is not None:
+            self.load.requests += 1
+            self._take(replica)
+        return replica
+
     async def acquire(self, timeout: float) -> Replica:
         """A slot on a replica: at once, or after waiting in the queue (at most ``timeout``)."""
         self.load.requests += 1

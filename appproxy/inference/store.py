@@ -135,6 +135,11 @@ class EndpointStore:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def peek(self, name: str) -> Endpoint | None:
+        """The endpoint if the in-memory map is the truth now and holds it; None otherwise
+        (no such endpoint, or Redis must be asked: :meth:`get`)."""
+        return self._endpoints.get(name) if self.live.is_set() else None
+
     async def get(self, name: str) -> Endpoint | None:
         """The endpoint called ``name`` (None: no such endpoint); RoutesUnavailable on errors."""
         if self.live.is_set():

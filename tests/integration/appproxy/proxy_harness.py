@@ -98,6 +98,8 @@ class SampleApp:
                 "headers": [[k, v] for k, v in request.headers.items()],
                 "body_length": len(body),
                 "port": request.transport.get_extra_info("sockname")[1] if request.transport else 0,
+                # the proxy's end of the connection: the same one twice is keep-alive reuse
+                "peer": request.transport.get_extra_info("peername")[1] if request.transport else 0,
             },
             headers={
                 "Set-Cookie": "app_cookie=1; Path=/",

@@ -193,3 +193,25 @@ async def test_each_replica_counts_the_requests_sent_to_it_for_its_rate() -> Non
     assert min(r0.taken, r1.taken) > 5  # p2c spreads them
     assert r0.rate(104.0) == r0.taken / 4
     assert r1.rate(104.0) == r1.taken / 4
+
+
+async def test_try_admit_takes_a_free_slot_but_never_overtakes_the_queue() -> None:
+    b, (r0,), _ = balancer("serving", concurrency=1, queue_limit=4)
+    first = b.try_admit()  # the fast lane's slot: counted as acquire counts it
+    assert first is r0
+    assert (r0.in_flight, r0.taken, b.load.requests) == (1, 1, 1)
+    assert b.try_admit() is None  # full: the request goes to acquire (and queues)
+    waiter = asyncio.create_task(b.acquire(5.0))
+    await asyncio.sleep(0)
+    assert b.load.queued == 1
+    b.release(r0)  # the slot goes to the waiter, not to a newcomer
+    assert await waiter is r0
+    b.release(r0)
+    assert b.try_admit() is r0
+    assert (b.load.requests, b.load.in_flight) == (3, 1)
+    # nothing ready: no slot now (holding at zero is acquire's business)
+    r0.ready = False
+    b.refresh()
+    b.release(r0)
+    assert b.try_admit() is None
+    assert b.load.requests == 3

@@ -1,0 +1,1 @@
+"""The fast lane: the common inference request served from uvicorn's parser callbacks."""
