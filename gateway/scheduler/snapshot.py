@@ -96,10 +96,14 @@ def _request(row: Any, deps: list[str], require_limits: bool) -> SessionRequest:
     )
 
 
-def group_config(group: ResourceGroup | None, settings: GatewaySettings) -> SchedulerConfig:
-    """The group's configuration in effect (:func:`effective_config`, as the API shows it)."""
+def group_config(
+    group: ResourceGroup | None, settings: GatewaySettings, *, strict: bool = False
+) -> SchedulerConfig:
+    """The group's configuration in effect (:func:`effective_config`, as the API shows it);
+    *strict*: in JSON types as the schema says them (the API's check of a new one)."""
     return effective_config(
         group.scheduler if group is not None else None,
+        strict=strict,
         allow_unenforced_fractions=settings.allow_unenforced_fractions,
         require_limits_enforced=settings.require_limits_enforced,
     )

@@ -26,13 +26,31 @@ default, and the gateway-wide defaults go under what the group leaves unsaid.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
-__all__ = ["DEFAULT_FILTERS", "PluginRef", "SchedulerConfig", "ScorerRef", "effective_config"]
+__all__ = [
+    "DEFAULT_FILTERS",
+    "POSITIVE_DECIMAL",
+    "REQUIRED_FILTER",
+    "PluginRef",
+    "SchedulerConfig",
+    "ScorerRef",
+    "effective_config",
+    "integral_numbers",
+]
 
 #: the filters of the default pipeline, cheapest first; ``fits`` is always required
 DEFAULT_FILTERS = (
@@ -46,6 +64,24 @@ DEFAULT_FILTERS = (
     "fraction-enforcement",
     "fits",
 )
+#: the filter every pipeline has (without it nodes are over-committed)
+REQUIRED_FILTER = "fits"
+#: a decimal number above 0 written as a string: digits, one optional fraction
+POSITIVE_DECIMAL = r"^(?:[0-9]*[1-9][0-9]*(?:\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)$"
+
+#: ``share_quantum``: a JSON number above 0, or a plain decimal string (``"0.01"``)
+Quantum = Annotated[
+    Decimal,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": POSITIVE_DECIMAL},
+            ]
+        },
+        mode="validation",
+    ),
+]
 
 
 def _name_only(value: object) -> object:
@@ -100,7 +136,7 @@ class SchedulerConfig(BaseModel):
     #: every session asking for cpu/mem needs a node that enforces limits
     require_limits_enforced: bool = False
     #: the step of a share slot whose devices report no quantum
-    share_quantum: Decimal = Field(default=Decimal("0.01"), gt=0)
+    share_quantum: Quantum = Field(default=Decimal("0.01"), gt=0)
     #: times a batch session is placed again after its node was lost, when the session
     #: does not say (None: the gateway's ``max_retries``; docs/node-loss.md)
     max_retries: int | None = Field(default=None, ge=0, le=100)
@@ -124,10 +160,22 @@ class SchedulerConfig(BaseModel):
     def _one_name(cls, value: object) -> object:
         return _name_only(value)
 
+    @field_validator("share_quantum", mode="before")
+    @classmethod
+    def _plain_decimal(cls, value: object) -> object:
+        # made a Decimal here: strict validation would not convert what this returns
+        if isinstance(value, str):
+            if not re.fullmatch(POSITIVE_DECIMAL, value):
+                raise ValueError('a decimal above 0 such as "0.01" (digits, one optional fraction)')
+            return Decimal(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return Decimal(str(value))
+        return value
+
     @model_validator(mode="after")
     def _sound(self) -> SchedulerConfig:
         names = [f.name for f in self.filters]
-        if "fits" not in names:
+        if REQUIRED_FILTER not in names:
             raise ValueError("filters must include 'fits' (without it nodes are over-committed)")
         for what, refs in (
             ("filters", self.filters),
@@ -144,6 +192,7 @@ class SchedulerConfig(BaseModel):
 def effective_config(
     stored: Mapping[str, Any] | None,
     *,
+    strict: bool = False,
     allow_unenforced_fractions: bool = False,
     require_limits_enforced: bool = False,
 ) -> SchedulerConfig:
@@ -152,8 +201,24 @@ def effective_config(
     The keyword arguments are the gateway-wide defaults (``JOBGATE_*`` settings) for the
     two policies a group may leave to the gateway. Raises ``ValueError`` (pydantic's
     ValidationError) naming the field when *stored* is not a valid configuration.
+    *strict*: JSON types as the schema says them (no ``"8"`` for ``8``, no ``1`` for
+    ``true``), what the API checks a new configuration with; reading a stored one is lax.
     """
     raw = {key: value for key, value in (stored or {}).items() if value is not None}
     raw.setdefault("allow_unenforced_fractions", allow_unenforced_fractions)
     raw.setdefault("require_limits_enforced", require_limits_enforced)
+    if strict:
+        return SchedulerConfig.model_validate_json(json.dumps(integral_numbers(raw)), strict=True)
     return SchedulerConfig.model_validate(raw)
+
+
+def integral_numbers(value: Any) -> Any:
+    """*value* with every float that has no fraction (``3.0``) an int, at any depth: JSON
+    Schema calls ``3.0`` an integer, pydantic's strict mode would not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: integral_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [integral_numbers(v) for v in value]
+    return value

@@ -14,6 +14,7 @@ and built once with its own validated ``Settings``.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,14 +22,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from plugins.loader import SCHEDULERS, PluginError, load_group, names
-from plugins.scheduling.config import PluginRef, SchedulerConfig
+from plugins.scheduling.config import PluginRef, SchedulerConfig, integral_numbers
 from plugins.scheduling.errors import SchedulerConfigError
 from plugins.scheduling.guard import (
     GuardedSequencer,
 )
 from plugins.scheduling.protocols import Filter, GangStep, Scorer, Sequencer, Validator
 
-__all__ = ["KINDS", "Pipeline", "build_pipeline", "pipeline_for", "reset_registry"]
+__all__ = ["KINDS", "Pipeline", "available", "build_pipeline", "pipeline_for", "reset_registry"]
 
 #: plugin kind -> the Protocol its factories are checked against
 KINDS: dict[str, type] = {
@@ -62,21 +63,25 @@ class Pipeline:
         return self.static_filters + self.dynamic_filters
 
 
-def build_pipeline(config: SchedulerConfig) -> Pipeline:
-    """Load and configure every plugin *config* names; SchedulerConfigError if one is wrong."""
+def build_pipeline(config: SchedulerConfig, *, strict: bool = False) -> Pipeline:
+    """Load and configure every plugin *config* names; SchedulerConfigError if one is wrong.
+
+    *strict*: each plugin's options in JSON types as its Settings' schema says them (no
+    ``1`` for ``true``), as the API checks a new configuration.
+    """
     # 1. validators: policy (quota, dependencies, start time) before any node is looked at
-    validators = tuple(_build("validator", ref) for ref in config.validators)
+    validators = tuple(_build("validator", ref, strict) for ref in config.validators)
     # 2. sequencer: the order sessions are tried in, within each priority band
-    sequencer = GuardedSequencer(_build("sequencer", config.sequencer))
+    sequencer = GuardedSequencer(_build("sequencer", config.sequencer, strict))
     # 3. filters: static ones (node facts) run once per pass and key; dynamic ones
     #    (fits: free room and devices) on every search, over what the static ones let in
-    filters = [_build("filter", ref) for ref in config.filters]
+    filters = [_build("filter", ref, strict) for ref in config.filters]
     static = tuple(f for f in filters if getattr(f, "static", False))
     dynamic = tuple(f for f in filters if not getattr(f, "static", False))
     # 4. scorers: rank the sampled feasible nodes; weighted sum, ties to the lowest id
-    scorers = tuple((_build("scorer", ref), ref.weight) for ref in config.scorers)
+    scorers = tuple((_build("scorer", ref, strict), ref.weight) for ref in config.scorers)
     # 5. gang step: all containers of a session, or none
-    gang = _build("gang", config.gang)
+    gang = _build("gang", config.gang, strict)
     return Pipeline(
         config, validators, sequencer, static, dynamic, scorers, gang, _scan(config, scorers)
     )
@@ -129,11 +134,31 @@ def _factory(kind: str, name: str) -> Any:
     return found[key]
 
 
-def _build(kind: str, ref: PluginRef) -> Any:
+def available() -> dict[str, dict[str, Any]]:
+    """``{kind: {name: factory}}`` of every plugin that loads and keeps its contract
+    (built-in and installed); one that does not is left out, as a group naming it is
+    refused. What the OpenAPI document offers (:mod:`.schema`)."""
+    found: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS}
+    for full in names(SCHEDULERS):
+        kind, _, name = full.partition(".")
+        if kind not in KINDS or not name:
+            continue
+        try:
+            found[kind][name] = _factory(kind, name)
+        except SchedulerConfigError:
+            continue
+    return found
+
+
+def _build(kind: str, ref: PluginRef, strict: bool = False) -> Any:
     factory = _factory(kind, ref.name)
     settings_model: type[BaseModel] = factory.Settings
     try:
-        settings = settings_model.model_validate(ref.options)
+        if strict:
+            options = json.dumps(integral_numbers(ref.options))
+            settings = settings_model.model_validate_json(options, strict=True)
+        else:
+            settings = settings_model.model_validate(ref.options)
     except ValidationError as exc:
         raise SchedulerConfigError(f"{kind} {ref.name!r}: bad options: {exc}") from exc
     return factory(settings)

@@ -1,9 +1,12 @@
 """/v1/resource-groups: the pools of nodes and each one's scheduler pipeline (admins).
 
-``PUT`` creates a group or replaces it; ``PATCH`` is a JSON merge patch (RFC 7396): only
-the fields given change, and ``scheduler`` merges key by key (``null`` removes a key).
-Both check the pipeline with the one reading of a group's configuration that the
-scheduler's snapshot uses (``gateway.scheduler.snapshot.group_config``) before storing it.
+``PUT`` creates a group or replaces it; ``PATCH`` changes only the fields given, and
+``scheduler`` merges key by key: a key given replaces the stored one whole (a plugin with
+its options), ``null`` removes it. So every configuration the OpenAPI document's
+``SchedulerConfig`` takes (the plugins loaded, ``gateway.api.openapi``) is taken by a PUT
+and by a PATCH whatever the group stored. Both check the pipeline with the one reading of
+a group's configuration that the scheduler's snapshot uses
+(``gateway.scheduler.snapshot.group_config``), in strict JSON types, before storing it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from sqlalchemy import func, select
 from gateway.api.deps import Admin, CurrentUser, DbSession, State
 from gateway.db.models import Node, ResourceGroup
 from gateway.domain.errors import Invalid
-from gateway.domain.patch import merge_patch
 from gateway.domain.requests import NO_NUL, Input
 from gateway.scheduler.snapshot import group_config
 from plugins.scheduling.errors import SchedulerConfigError
@@ -72,9 +74,18 @@ async def _node_count(db: DbSession, name: str) -> int:
     return int((await db.execute(query)).scalar_one())
 
 
+def _merged(stored: dict[str, Any], patch: dict[str, Any] | None) -> dict[str, Any]:
+    """*stored* with *patch*'s keys: each replaces the stored one, ``null`` removes it;
+    an empty or null patch is the default configuration (``{}``)."""
+    if not patch:
+        return {}
+    merged = {**stored, **patch}
+    return {key: value for key, value in merged.items() if value is not None}
+
+
 def _check(group: ResourceGroup, state: State) -> None:
     try:
-        build_pipeline(group_config(group, state.settings))
+        build_pipeline(group_config(group, state.settings, strict=True), strict=True)
     except (SchedulerConfigError, ValueError) as exc:
         raise Invalid(
             f"the scheduler configuration does not work: {exc}", field="scheduler"
@@ -123,7 +134,7 @@ async def update_group(
         if "description" in given:
             group.description = body.description or ""
         if "scheduler" in given:
-            scheduler = merge_patch(group.scheduler, body.scheduler) if body.scheduler else {}
+            scheduler = _merged(dict(group.scheduler), body.scheduler)
             _check(ResourceGroup(name=name, scheduler=scheduler), state)
             group.scheduler = scheduler
     return _public(group, await _node_count(db, name), state)

@@ -11,6 +11,10 @@ generated as schema-valid (negative cases stay as they were drawn):
 * A webhook's address literal (``http://10.0.0.1/``) is refused by the gateway's
   policy (``JOBGATE_WEBHOOK_ALLOW_CIDRS``, ``gateway.domain.webhooks``), which the
   document leaves to the server: valid cases with such a URL are not drawn.
+* A resource group's ``scheduler`` is typed by the plugins loaded (names, each one's
+  options, ``fits`` among the filters, no plugin twice: ``plugins.scheduling.schema``),
+  but a plugin's Settings may compare two of its options: heuristic-fifo needs
+  ``reserve_after > max_skips``; valid cases that break it are not drawn.
 * A blob's name is the sha256 of its body, and an upload names its path base64-encoded
   in ``Upload-Metadata``: a valid case gets the digest of the body it carries, and the
   base64 of a path (``map_case``).
@@ -32,9 +36,11 @@ from urllib.parse import quote, unquote, urlsplit
 
 import schemathesis
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from contract.blobs import DIGEST_PATTERN
 from gateway.domain.webhooks import address_refusal
+from plugins.scheduling.sequencers import HeuristicFifoSettings
 
 schemathesis.openapi.media_type("application/offset+octet-stream", st.binary(max_size=64))
 schemathesis.openapi.media_type("application/x-tar", st.binary(max_size=64))
@@ -77,6 +83,18 @@ def _refused_literal(url: object) -> bool:
     return address_refusal(address, []) is not None
 
 
+def _fifo_ordered(scheduler: object) -> bool:
+    """heuristic-fifo's own rule (its Settings model), when the sequencer is given so."""
+    sequencer = scheduler.get("sequencer") if isinstance(scheduler, dict) else None
+    if not isinstance(sequencer, dict) or sequencer.get("name") != "heuristic-fifo":
+        return True
+    try:
+        HeuristicFifoSettings.model_validate(sequencer.get("options") or {})
+    except ValidationError:
+        return False
+    return True
+
+
 @schemathesis.hook
 def filter_case(ctx: Any, case: Any) -> bool:
     if not _positive(case):
@@ -84,6 +102,8 @@ def filter_case(ctx: Any, case: Any) -> bool:
     route = _route(case)
     body = case.body if isinstance(case.body, dict) else {}
     if any(_refused_literal(u) for u in _urls(route, body)):
+        return False
+    if route[1] == "/v1/resource-groups/{name}" and not _fifo_ordered(body.get("scheduler")):
         return False
     if route == ("POST", "/v1/templates") and isinstance(body.get("params"), list):
         names = [str(p.get("name", "")).upper() for p in body["params"] if isinstance(p, dict)]

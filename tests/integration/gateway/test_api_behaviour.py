@@ -95,6 +95,20 @@ async def test_patch_changes_only_the_fields_given(any_stack: Stack) -> None:
         assert bad.json()["field"] == "scheduler"
         (group,) = [g for g in (await api.get("/v1/resource-groups")).json() if g["name"] == "gpu"]
         assert group["scheduler"] == {"sequencer": "drf", "scorers": ["dispersed"]}
+        # a plugin given replaces the stored one whole: drf does not get fifo's options
+        fifo = {"name": "heuristic-fifo", "options": {"max_skips": 1}}
+        r = await api.patch("/v1/resource-groups/gpu", json={"scheduler": {"sequencer": fifo}})
+        assert r.status_code == 200, r.text
+        drf = {"name": "drf", "options": {"level": "user"}}
+        r = await api.patch(
+            "/v1/resource-groups/gpu", json={"scheduler": {"sequencer": drf, "scorers": None}}
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["scheduler"] == {"sequencer": drf}
+        # JSON types as the document says them: "8" is not a sample size
+        bad = await api.patch("/v1/resource-groups/gpu", json={"scheduler": {"sample_size": "8"}})
+        assert bad.status_code == 422
+        assert bad.json()["field"] == "scheduler"
 
 
 async def test_a_name_is_unique_among_live_sessions(any_stack: Stack) -> None:

@@ -28,3 +28,18 @@ async def test_every_operation_has_one_tag_and_a_tag_prefixed_id(stack: Stack) -
         "health-get",
     } <= seen
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+async def test_a_groups_scheduler_is_typed_by_the_plugins_the_gateway_loaded(stack: Stack) -> None:
+    async with stack.client("") as anon:
+        spec = (await anon.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    ref = {"$ref": "#/components/schemas/SchedulerConfig"}
+    assert schemas["GroupSet"]["properties"]["scheduler"]["$ref"] == ref["$ref"]
+    assert ref in schemas["GroupPatch"]["properties"]["scheduler"]["anyOf"]
+    config = schemas["SchedulerConfig"]
+    assert config["additionalProperties"] is False
+    sequencer = config["properties"]["sequencer"]["anyOf"]
+    assert sequencer[0] == {"type": "string", "enum": ["drf", "fifo", "heuristic-fifo", "lifo"]}
+    drf = schemas["SchedulerConfig.sequencer.drf"]
+    assert drf["properties"]["level"]["enum"] == ["project-user", "user", "project"]
