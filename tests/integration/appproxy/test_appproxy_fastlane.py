@@ -60,16 +60,21 @@ def start_endpoint(proxy_factory: ProxyFactory, fast_lane: bool) -> StartEndpoin
             ReplicaTarget(session_id=f"replica-{i}", index=i, revision=1, upstream=u)
             for i, u in enumerate(upstreams)
         ]
-        await publish(proxy.redis, route(*targets, probe=QUIET_PROBE))
-        endpoint = await _endpoint(proxy)
-
-        async def all_ready() -> bool:
-            return endpoint.balancer.ready_count == len(targets)
-
-        await eventually(all_ready, what="replicas ready")
-        return proxy, endpoint
+        return proxy, await _published(proxy, targets)
 
     return start
+
+
+async def _published(proxy: Proxy, targets: list[ReplicaTarget], **route_settings: Any) -> Endpoint:
+    """The endpoint once its route (with *targets*) is published and every replica ready."""
+    await publish(proxy.redis, route(*targets, probe=QUIET_PROBE, **route_settings))
+    endpoint = await _endpoint(proxy)
+
+    async def all_ready() -> bool:
+        return endpoint.balancer.ready_count == len(targets)
+
+    await eventually(all_ready, what="replicas ready")
+    return endpoint
 
 
 async def _endpoint(proxy: Proxy) -> Endpoint:
@@ -167,13 +172,7 @@ async def test_public_endpoint_passes_foreign_authorization(
 ) -> None:
     proxy = await proxy_factory(proxy_fast_lane=fast_lane)
     target = ReplicaTarget(session_id="replica-0", index=0, revision=1, upstream=app_server.url)
-    await publish(proxy.redis, route(target, public=True, probe=QUIET_PROBE))
-    endpoint = await _endpoint(proxy)
-
-    async def ready() -> bool:
-        return endpoint.balancer.ready_count == 1
-
-    await eventually(ready, what="replica ready")
+    await _published(proxy, [target], public=True)
     async with proxy.client() as client:
         plain = await client.get("/e/iris/a", headers={"Authorization": "Basic dXNlcjpwdw=="})
         token = await client.get("/e/iris/b", headers=AUTH)
@@ -193,13 +192,7 @@ async def test_a_repeated_request_head_still_meets_a_revoked_or_expired_token(
         TokenGrant(id="tok-1", digest=token_digest(TOKEN)),
         TokenGrant(id="tok-2", digest=token_digest(short), expires_at=expires),
     )
-    await publish(proxy.redis, route(target, tokens=grants, probe=QUIET_PROBE))
-    endpoint = await _endpoint(proxy)
-
-    async def ready() -> bool:
-        return endpoint.balancer.ready_count == 1
-
-    await eventually(ready, what="replica ready")
+    endpoint = await _published(proxy, [target], tokens=grants)
     async with proxy.client() as client:  # one keep-alive connection, the same head again
         short_auth = {"Authorization": f"Bearer {short}"}
         for _ in range(2):  # (the second head carries the app's cookie, then no change)
@@ -223,13 +216,7 @@ async def test_a_repeated_head_meets_a_public_endpoint_made_private_and_other_cr
 ) -> None:
     proxy = await proxy_factory(proxy_fast_lane=fast_lane)
     target = ReplicaTarget(session_id="replica-0", index=0, revision=1, upstream=app_server.url)
-    await publish(proxy.redis, route(target, public=True, probe=QUIET_PROBE))
-    endpoint = await _endpoint(proxy)
-
-    async def ready() -> bool:
-        return endpoint.balancer.ready_count == 1
-
-    await eventually(ready, what="replica ready")
+    endpoint = await _published(proxy, [target], public=True)
     async with proxy.client() as client:  # one keep-alive connection throughout
         for _ in range(2):
             assert (await client.get("/e/iris/x")).status_code == 200
