@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from harness import Stack
 
@@ -94,13 +95,19 @@ async def test_cancel_pending_session(stack: Stack) -> None:
 
 async def test_waits_with_reason_then_runs_when_capacity_frees(stack: Stack) -> None:
     await stack.start_worker(worker_cpu="1")
-    first = await stack.submit(command=["sleep", "2"], resources={"cpu": "1"})
+    first = await stack.submit(command=["sleep", "300"], resources={"cpu": "1"})
     await stack.wait_status(first["id"], {"RUNNING"})
     second = await stack.submit(command=["true"], resources={"cpu": "1"})
-    await asyncio.sleep(1.5)
+    deadline = time.monotonic() + 20
     waiting = await stack.get(second["id"])
+    while "cpu" not in waiting["pending_reason"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)  # the scheduler's pass records why it waits
+        waiting = await stack.get(second["id"])
     assert waiting["status"] == "PENDING"
     assert "cpu" in waiting["pending_reason"]
+    async with stack.client() as api:  # the capacity frees: the first one is terminated
+        await api.delete(f"/v1/sessions/{first['id']}")
+    await stack.wait_status(first["id"], {"TERMINATED"})
     done = await stack.wait_status(second["id"], {"SUCCEEDED"}, timeout=20)
     assert done["exit_code"] == 0
 
