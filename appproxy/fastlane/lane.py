@@ -36,7 +36,7 @@ from appproxy.backend.headers import Forwarding, request_headers
 from appproxy.backend.timers import CoarseTimers
 from appproxy.fastlane.exchange import FastExchange
 from appproxy.fastlane.upstream import UpstreamPool
-from appproxy.frontend.addressing import EndpointTarget, parse_endpoint_host, parse_endpoint_path
+from appproxy.frontend.addressing import endpoint_target
 from appproxy.frontend.cookies import strip_jobgate_cookies
 from appproxy.frontend.incoming import Incoming, TrustedNetworks
 from appproxy.frontend.inference import IDEMPOTENT_METHODS, admitted_at_once
@@ -225,7 +225,13 @@ class FastLane:
             "query_string": url.query or b"",
         }
         req = Incoming(scope, self._trusted)
-        target = self._target(req, on_path)
+        target = endpoint_target(
+            req.host,
+            req.raw_path,
+            base_domain=self._base_domain,
+            public_host=self._public_host,
+            on_path=on_path,
+        )
         if target is None:
             return parsed
         parsed.req = req
@@ -235,16 +241,6 @@ class FastLane:
         parsed.target = (target.rest + (f"?{req.query}" if req.query else "")).encode("latin-1")
         parsed._forwarding = Forwarding(req.host, req.scheme, req.forwarded_for, target.prefix)
         return parsed
-
-    def _target(self, req: Incoming, on_path: bool) -> EndpointTarget | None:
-        target: EndpointTarget | None = None
-        if self._base_domain:
-            target = parse_endpoint_host(
-                req.host, self._base_domain, req.raw_path, exclude=self._public_host
-            )
-        if target is None and on_path:
-            target = parse_endpoint_path(req.raw_path)
-        return target
 
 
 def _plain_method(protocol: FastLaneProtocol) -> bytes | None:

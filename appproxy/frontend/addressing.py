@@ -27,6 +27,7 @@ __all__ = [
     "AddSlash",
     "EndpointTarget",
     "Target",
+    "endpoint_target",
     "parse_endpoint_host",
     "parse_endpoint_path",
     "parse_host",
@@ -130,3 +131,16 @@ def parse_endpoint_host(
     if not valid_endpoint_name(label):
         return None
     return EndpointTarget(label, "", raw_path or "/")
+
+
+def endpoint_target(
+    host: str, raw_path: str, *, base_domain: str | None, public_host: str, on_path: bool
+) -> EndpointTarget | None:
+    """The endpoint a request is for: its host first (with a base domain; never the
+    proxy's own public host), then its ``/e/{name}`` path when *on_path*."""
+    target: EndpointTarget | None = None
+    if base_domain:
+        target = parse_endpoint_host(host, base_domain, raw_path, exclude=public_host)
+    if target is None and on_path:
+        target = parse_endpoint_path(raw_path)
+    return target

@@ -29,8 +29,7 @@ from appproxy.backend.websocket import WebSocketForwarder
 from appproxy.frontend.addressing import (
     ENDPOINT_ROOT,
     EndpointTarget,
-    parse_endpoint_host,
-    parse_endpoint_path,
+    endpoint_target,
 )
 from appproxy.frontend.cookies import strip_jobgate_cookies
 from appproxy.frontend.incoming import Incoming, TrustedNetworks
@@ -142,13 +141,13 @@ class InferenceGate:
             await self._fallback(scope, receive, send)
             return
         req = Incoming(scope, self._trusted)
-        target: EndpointTarget | None = None
-        if self._base_domain:
-            target = parse_endpoint_host(
-                req.host, self._base_domain, req.raw_path, exclude=self._public_host
-            )
-        if target is None and on_path:
-            target = parse_endpoint_path(req.raw_path)
+        target = endpoint_target(
+            req.host,
+            req.raw_path,
+            base_domain=self._base_domain,
+            public_host=self._public_host,
+            on_path=on_path,
+        )
         if target is None:
             await self._fallback(scope, receive, send)
             return
