@@ -25,6 +25,7 @@ __all__ = [
     "ENDPOINT_TOKEN_REQUIRED",
     "FORBIDDEN",
     "GATEWAY_UNAVAILABLE",
+    "KEY_LACKS_SCOPE",
     "LINK_EXPIRED",
     "NOT_FOUND",
     "NOT_SIGNED_IN",
@@ -76,6 +77,12 @@ FORBIDDEN = Page(
     "forbidden",
     "Not your session",
     "Only the session's owner (and administrators) can open its apps.",
+)
+KEY_LACKS_SCOPE = Page(
+    403,
+    "key-lacks-scope",
+    "This key may not do that",
+    "This API key lacks the scope this needs. Use a key with it (jobgate keys create).",
 )
 NOT_FOUND = Page(
     404, "not-found", "Nothing here", "Apps live under /s/<session>/<app>/ on this proxy."

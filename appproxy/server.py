@@ -46,6 +46,7 @@ from appproxy.asgi import Receive, Scope, Send
 from appproxy.backend.client import ConnectionPool
 from appproxy.backend.http import HttpForwarder
 from appproxy.backend.websocket import WebSocketForwarder
+from appproxy.fastlane.compat import unsupported as unsupported_uvicorn
 from appproxy.fastlane.lane import FastLane
 from appproxy.fastlane.protocol import FastLaneProtocol
 from appproxy.frontend.auth import Authenticator
@@ -154,6 +155,7 @@ class ProxyApp:
             trusted=trusted,
             base_domain=s.proxy_base_domain,
             internal=internal,
+            app_key=s.proxy_secret.get_secret_value(),
         )
         self.endpoints = endpoints = EndpointStore(redis, metrics.counters)
         prober = ReadinessProber(pool, redis, self.proxy_id)
@@ -162,6 +164,7 @@ class ProxyApp:
         stack.push_async_callback(endpoints.close)
         stack.push_async_callback(prober.close)
         reporter = LoadReporter(redis, endpoints, self.proxy_id)
+        endpoints.set_load_listener(reporter.nudge)
         for job in (endpoints.run(), reporter.run()):
             stack.push_async_callback(_cancel, asyncio.create_task(job))
         self.gate = InferenceGate(
@@ -175,7 +178,10 @@ class ProxyApp:
             public_host=urlsplit(s.public_url).hostname or "",
             fallback=sessions,
         )
-        if s.proxy_fast_lane:
+        lane_off = unsupported_uvicorn() if s.proxy_fast_lane else None
+        if lane_off is not None:
+            log.warning("fast lane off: %s; every request takes the ASGI path", lane_off)
+        elif s.proxy_fast_lane:
             self.fast_lane = lane = FastLane(
                 store=endpoints,
                 prober=prober,

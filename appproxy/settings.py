@@ -46,7 +46,8 @@ class ProxySettings(BaseSettings):
     proxy_metrics_allow: Networks = Field(default_factory=lambda: list(_PRIVATE_NETWORKS))
     proxy_route_cache_size: int = Field(default=10_000, ge=1)
     proxy_route_cache_ttl: float = Field(default=30.0, gt=0)
-    proxy_user_cache_ttl: float = Field(default=30.0, ge=0)
+    #: how long a key's answer from the gateway is kept (a revoked key works that long here)
+    proxy_user_cache_ttl: float = Field(default=5.0, ge=0)
     proxy_activity_interval: float = Field(default=5.0, gt=0)
     proxy_access_log: bool = False  # uvicorn's access log, with tokens redacted
     proxy_workers: int = Field(default=1, ge=1)

@@ -25,6 +25,7 @@ __all__ = [
     "FOLDER_PATH_PATTERN",
     "MAX_PATH_BYTES",
     "PERMS",
+    "STALE_UPLOAD_S",
     "UPLOADS_DIR",
     "UnsafePath",
     "folder_dir",
@@ -38,6 +39,9 @@ FOLDER_NAME_PATTERN: Final = r"^\.?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 FOLDER_ID_PATTERN: Final = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 AUTOMOUNT_PREFIX: Final = "."
 UPLOADS_DIR: Final = ".uploads"
+#: a resumable upload nobody appended to for this long is deleted (its quota freed);
+#: until then the next identical ``jobgate folders put`` resumes it
+STALE_UPLOAD_S: Final = 24 * 3600.0
 MAX_PATH_BYTES: Final = 4096
 MAX_NAME_BYTES: Final = 255
 #: one name: not empty, "." or "..", no "/" or NUL, at most 255 characters (the byte

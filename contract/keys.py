@@ -11,6 +11,7 @@ who reads it.
 | ``jobgate:queue:node:{node}`` | arq queue | scheduler, gateway | the node's worker |
 | ``jobgate:queue:simhost:{node}`` | arq queue | scheduler | a simulated host |
 | ``jobgate:heartbeat:{node}`` | string, TTL | worker | scheduler, ``/v1/nodes`` |
+| ``jobgate:node-alive:{node}`` | string, TTL | the node's keeper | reconciler, ``/v1/nodes`` |
 | ``jobgate:schedule-dirty:{group}`` | string, TTL | gateway | scheduler |
 | ``jobgate:live:{session}`` | stream | gateway | SSE followers |
 | ``jobgate:route:{session}`` | string | gateway | app proxy |
@@ -40,6 +41,7 @@ __all__ = [
     "ENDPOINT_WAKE_CHANNEL",
     "EVENTS_QUEUE",
     "HEARTBEAT_PREFIX",
+    "KEEPER_PREFIX",
     "LIVE_KEY_PREFIX",
     "ROUTE_CHANNEL",
     "ROUTE_KEY_PREFIX",
@@ -54,6 +56,7 @@ __all__ = [
     "endpoint_route_key",
     "endpoint_wake_key",
     "heartbeat_key",
+    "keeper_key",
     "live_key",
     "node_queue",
     "route_key",
@@ -96,6 +99,7 @@ def schedule_job_id(resource_group: str) -> str:
 
 # ---- keys ------------------------------------------------------------------------------
 HEARTBEAT_PREFIX: Final = "jobgate:heartbeat:"
+KEEPER_PREFIX: Final = "jobgate:node-alive:"
 LIVE_KEY_PREFIX: Final = "jobgate:live:"
 ROUTE_KEY_PREFIX: Final = "jobgate:route:"
 ACTIVITY_KEY_PREFIX: Final = "jobgate:activity:"
@@ -107,6 +111,12 @@ ROUTE_CHANNEL: Final = "jobgate:route-changes"
 def heartbeat_key(node_id: str) -> str:
     """A node's :class:`~contract.messages.Heartbeat` (JSON) with a TTL: the node is alive."""
     return HEARTBEAT_PREFIX + node_id
+
+
+def keeper_key(node_id: str) -> str:
+    """Written with a TTL by the node's keeper, a process that outlives a worker restart:
+    the machine (and the kernels on it) is alive even while its worker is not."""
+    return KEEPER_PREFIX + node_id
 
 
 def dirty_key(resource_group: str) -> str:

@@ -40,6 +40,8 @@ __all__ = [
     "LogOffsets",
     "LogUpload",
     "NodeInfo",
+    "NodeJoin",
+    "NodeJoined",
     "StartKernel",
     "StopKernel",
     "WireApp",
@@ -136,6 +138,10 @@ class StartKernel(_Message):
     attempt: int = 1
     #: a cluster session's names, peers and ssh seed (None: a one-container session)
     cluster: WireCluster | None = None
+    #: an interactive session's app secret (contract.tokens.app_secret): the worker puts
+    #: it in the container's environment for the apps to check (contract.apps.secret_env);
+    #: it travels only here, like the ssh seed, and is never logged ("": none)
+    app_secret: str = Field(default="", repr=False)
 
 
 class StopKernel(_Message):
@@ -201,6 +207,10 @@ class KernelEvent(_Message):
     #: the attempt of the kernel this event is about (None: an older worker that did not
     #: say); the gateway ignores events of an attempt it moved elsewhere
     attempt: int | None = None
+    #: "exited": when the command ended (epoch seconds on the worker), where the runtime
+    #: recorded it - a kernel that ended while no worker ran ends then, not at the
+    #: restart (None: at the moment the gateway applies the event)
+    ended_at: float | None = None
 
 
 class KernelReport(_Message):
@@ -273,8 +283,24 @@ class LogUpload(_Message):
     session_id: str
     chunks: list[LogChunkWire] = Field(max_length=1024)
     #: the kernel attempt that printed it: output of an attempt the gateway moved
-    #: elsewhere is refused (404), like its events (None: an older worker, accepted)
+    #: elsewhere is kept under that attempt; one it never placed is refused (404)
+    #: (None: an older worker, taken for the kernel's current attempt)
     attempt: int | None = Field(default=None, ge=1)
+
+
+class NodeJoin(_Message):
+    """The body of ``POST /v1/internal/nodes/join`` (with the join token)."""
+
+    #: the same rule as other names (gateway.domain.requests.NAME_PATTERN; in words in
+    #: gateway/api/rules.py): a hostname and a suffix fit
+    node_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class NodeJoined(_Message):
+    """The answer: the node's own credential, shown this once (only its hash is kept)."""
+
+    node_id: str
+    credential: str
 
 
 class LogOffsets(_Message):

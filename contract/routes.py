@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from contract.apps import Credential
 from contract.keys import ROUTE_CHANNEL, route_key
 
 if TYPE_CHECKING:
@@ -78,6 +79,10 @@ class AppRoute(BaseModel):
     upstream: str  # "http://host:port", no path
     protocol: Literal["http"] = "http"  # HTTP, SSE and WebSocket all ride on "http"
     strip_prefix: bool = False  # False: the app sees /s/{session}/{app}/... (Jupyter)
+    #: how the proxy presents the session's app secret (contract.apps.CREDENTIALS); the
+    #: secret itself is not here, the proxy derives it. None: the app checks nothing (an
+    #: inference replica, or a route written by an older gateway)
+    credential: Credential | None = None
 
     @field_validator("upstream")
     @classmethod

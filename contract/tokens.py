@@ -11,6 +11,12 @@ token or the other way round.
   :mod:`appproxy.frontend.auth`).
 * An **auth cookie** says "user U may use session S until T"; the proxy sets it when it
   accepts a token.
+* An **app secret** (:func:`app_secret`) is what the proxy presents to a session's apps
+  and what they check (Jupyter's token, code-server's password, a terminal's Basic
+  credential): a process on the node that reaches an app's port without it is refused.
+  It is derived, not stored: ``HMAC(proxy secret, session id)``. The gateway computes it
+  for the start job, the proxy for each forwarded request; neither the database nor the
+  Redis route holds it, and one session's secret says nothing about another's.
 
 ``admin`` records that the gateway let an administrator open someone else's session; the
 proxy lets a holder in if it is the session's owner or ``admin`` is set.
@@ -42,6 +48,7 @@ __all__ = [
     "AppToken",
     "CookieGrant",
     "TokenError",
+    "app_secret",
     "issue_app_token",
     "issue_cookie",
     "verify_app_token",
@@ -56,6 +63,7 @@ CONSOLE_COOKIE: Final = "jobgate_console"
 _VERSION: Final = 1
 _TOKEN: Final = b"jobgate/app-token"
 _COOKIE: Final = b"jobgate/app-cookie"
+_APP_SECRET: Final = b"jobgate/app-secret"
 _MAX_LENGTH: Final = 2048  # anything longer was not made here
 _SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
@@ -108,6 +116,17 @@ def _key(secret: str | bytes) -> bytes:
 def _mac(secret: str | bytes, purpose: bytes, payload: str) -> bytes:
     message = purpose + b"\n" + payload.encode("ascii")
     return hmac.new(_key(secret), message, hashlib.sha256).digest()
+
+
+def app_secret(secret: str | bytes, session_id: str) -> str:
+    """The session's app secret: 64 hex digits, the same wherever *secret* is the same.
+
+    >>> app_secret("s" * 32, "sess-1") == app_secret("s" * 32, "sess-1")
+    True
+    >>> app_secret("s" * 32, "sess-1") != app_secret("s" * 32, "sess-2")
+    True
+    """
+    return _mac(secret, _APP_SECRET, session_id).hex()
 
 
 def _seal(secret: str | bytes, purpose: bytes, fields: list[object]) -> str:

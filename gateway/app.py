@@ -14,18 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
 
-from contract import arq as queue
+from contract.folders import STALE_UPLOAD_S
 from contract.version import VERSION
 from gateway import console
 from gateway.api import openapi, problems
+from gateway.api.audit import AuditMiddleware
 from gateway.api.routes import (
     apps,
+    audit,
     blobs,
     endpoints,
     folders,
@@ -33,6 +36,7 @@ from gateway.api.routes import (
     health,
     images,
     internal,
+    keys,
     logs,
     nodes,
     policies,
@@ -40,26 +44,36 @@ from gateway.api.routes import (
     sessions,
     templates,
     triggers,
+    usage,
     users,
     webhooks,
 )
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
-from gateway.consumer import events_worker
-from gateway.db.engine import create_engine, create_session_factory
-from gateway.events import EventHandler
-from gateway.metrics import CONTENT_TYPE, ConsumerMetrics, HttpMetrics, MetricsMiddleware
+from gateway.db.engine import SessionFactory, create_engine, create_session_factory
+from gateway.loops.consumer import events_worker
+from gateway.loops.deliverer import Deliverer
+from gateway.loops.events import EventHandler
+from gateway.loops.pruning import RETENTION_EVERY_S, repeat
+from gateway.metrics import (
+    CONTENT_TYPE,
+    USAGE_SECONDS,
+    ConsumerMetrics,
+    HttpMetrics,
+    MetricsMiddleware,
+)
 from gateway.queue import connect
-from gateway.services.blobs import BlobStore, blob_gc_loop
+from gateway.services.audit import prune_audit
+from gateway.services.blobs import BlobStore, collect_garbage
 from gateway.services.folderfs import FolderFS
-from gateway.services.folders import FolderService, upload_gc_loop
-from gateway.services.hooks import HookService
+from gateway.services.folders import FolderService
+from gateway.services.hooks import HookService, prune_deliveries
 from gateway.services.logs import LogService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
 from gateway.services.webhooks import WebhookService
 from gateway.state import AppState
-from gateway.webhooks import Deliverer
+from plumbing import arq as queue
 
 __all__ = ["create_app"]
 
@@ -72,6 +86,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
     blob_store = BlobStore(settings.effective_storage_root, settings.max_blob_bytes)
     registry = CollectorRegistry()  # one per app: tests run several in one process
     consumer_metrics = ConsumerMetrics(registry)
+    registry.register(USAGE_SECONDS)  # the event consumer closes usage records
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,14 +121,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
                 settings.redis_url, handler, handle_signals=False, metrics=consumer_metrics
             )
             task = asyncio.create_task(queue.run(consumer))
-        gc = uploads_gc = None
-        if settings.blob_gc_interval_s:
-            gc = asyncio.create_task(
-                blob_gc_loop(blob_store, db, settings.blob_gc_interval_s, settings.blob_gc_grace_s)
-            )
-            uploads_gc = asyncio.create_task(
-                upload_gc_loop(folder_service.fs, settings.blob_gc_interval_s)
-            )
+        pruning = _pruning_loops(settings, db, blob_store, folder_service.fs)
         deliverer = Deliverer(db, settings) if settings.webhook_deliverer else None
         delivering = asyncio.create_task(deliverer.run()) if deliverer is not None else None
         try:
@@ -123,10 +131,10 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
                 delivering.cancel()
                 await asyncio.gather(delivering, return_exceptions=True)
                 await deliverer.close()
-            for loop in (gc, uploads_gc):
-                if loop is not None:
-                    loop.cancel()
-                    await asyncio.gather(loop, return_exceptions=True)
+            for loop in pruning:
+                loop.cancel()
+            await asyncio.gather(*pruning, return_exceptions=True)
+            await state.audit.close()
             if task is not None and consumer is not None:
                 await queue.stop(consumer, task)
             await pool.aclose()
@@ -148,6 +156,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         nodes,
         images,
         users,
+        keys,
         projects,
         policies,
         groups,
@@ -158,11 +167,13 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         triggers,
         webhooks,
         folders,
+        usage,
+        audit,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES
         app.include_router(module.router, responses=responses)
-    console.install(app)  # the web console: /, /sign-in, /sessions/{id}, /nodes, /admin
+    console.install(app)  # the web console: /, /sign-in, /sessions/{id}, /endpoints ...
     app.add_middleware(
         problems.BodyLimit,
         limit=MAX_BODY,
@@ -183,5 +194,52 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         return Response(generate_latest(registry), media_type=CONTENT_TYPE)
 
     app.add_route("/metrics", metrics, include_in_schema=False)
+    app.add_middleware(AuditMiddleware)  # outside BodyLimit: its 413s are recorded too
     app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))  # outermost
     return app
+
+
+def _pruning_loops(
+    settings: GatewaySettings, db: SessionFactory, blob_store: BlobStore, fs: FolderFS
+) -> list[asyncio.Task[None]]:
+    """Every gateway process prunes: unreferenced blobs and abandoned folder uploads each
+    ``blob_gc_interval_s`` (0: never), hook deliveries and audit rows past their
+    retention each minute."""
+    loops: list[asyncio.Task[None]] = []
+    if every := settings.blob_gc_interval_s:
+
+        async def collect_blobs() -> int:
+            return len(await collect_garbage(blob_store, db, settings.blob_gc_grace_s))
+
+        def stale_uploads() -> Awaitable[int]:
+            return asyncio.to_thread(fs.remove_stale_uploads, time.time(), STALE_UPLOAD_S)
+
+        loops.append(asyncio.create_task(repeat(collect_blobs, every, "unreferenced blob(s)")))
+        loops.append(
+            asyncio.create_task(
+                repeat(stale_uploads, every, "abandoned folder upload(s)", errors=(OSError,))
+            )
+        )
+    if (days := settings.hook_delivery_retention_days) > 0:
+        loops.append(
+            asyncio.create_task(
+                repeat(
+                    lambda: prune_deliveries(db, days),
+                    RETENTION_EVERY_S,
+                    f"hook deliveries older than {days:g} days",
+                    at_once=True,
+                )
+            )
+        )
+    if (audit_days := settings.audit_retention_days) > 0:
+        loops.append(
+            asyncio.create_task(
+                repeat(
+                    lambda: prune_audit(db, audit_days),
+                    RETENTION_EVERY_S,
+                    f"audit rows older than {audit_days:g} days",
+                    at_once=True,
+                )
+            )
+        )
+    return loops

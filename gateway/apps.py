@@ -21,6 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from contract.apps import credential_for
 from contract.keys import activity_key
 from contract.routes import AppRoute, RouteRecord, app_url
 from contract.tokens import issue_app_token
@@ -39,7 +40,10 @@ class AppLink:
 
 
 def route_for(session: Session, kernel: Kernel, node: Node) -> RouteRecord | None:
-    """Where each app of a running session listens: the node's address + host port."""
+    """Where each app of a running session listens: the node's address + host port, and
+    how the proxy presents the app secret (an interactive session's apps check one; an
+    inference replica's server cannot be made to)."""
+    checks = session.type == "interactive"
     apps = {}
     for name, host_port in kernel.ports.items():
         info = session.apps.get(name, {})
@@ -48,6 +52,7 @@ def route_for(session: Session, kernel: Kernel, node: Node) -> RouteRecord | Non
         apps[name] = AppRoute(
             upstream=f"http://{node.address}:{int(host_port)}",
             strip_prefix=bool(info.get("strip_prefix", False)),
+            credential=credential_for(name) if checks else None,
         )
     if not apps:
         return None

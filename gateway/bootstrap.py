@@ -7,7 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import KeyCache, authenticate, issue_key
 from gateway.db.engine import create_engine, create_session_factory
-from gateway.db.models import ResourceGroup, User
+from gateway.db.models import ApiKey, ResourceGroup, User
 from gateway.domain.errors import Unauthenticated
 
 __all__ = ["admin_key", "ensure_admin_key", "ensure_default_group"]
@@ -27,8 +27,21 @@ async def ensure_admin_key(
         user = User(name=name, role="admin")
         db.add(user)
         await db.flush()
-    _, key = await issue_key(db, user, key_name)
+    taken = set(
+        (
+            await db.execute(
+                select(ApiKey.name).where(ApiKey.user_id == user.id, ApiKey.revoked_at.is_(None))
+            )
+        ).scalars()
+    )
+    # key names are unique per user: every run after the first names its key NAME-2, -3 ...
+    free = next(n for n in range(1, len(taken) + 2) if _numbered(key_name, n) not in taken)
+    _, key = await issue_key(db, user, _numbered(key_name, free))
     return key
+
+
+def _numbered(name: str, n: int) -> str:
+    return name if n == 1 else f"{name[:58]}-{n}"
 
 
 async def admin_key(database_url: str, *, key_name: str, reuse: str = "") -> str:

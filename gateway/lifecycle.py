@@ -21,12 +21,12 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.messages import StopKernel
+from gateway.db.allocation import NodeLedger, kernel_devices
 from gateway.db.clock import db_now
 from gateway.db.models import Kernel, Node, Session
 from gateway.db.transitions import transition
 from gateway.domain.status import ACTIVE, KernelStatus, SessionStatus
 from gateway.outbox import Outbox
-from gateway.scheduler.allocation import NodeLedger, kernel_devices
 from plugins.resources import ResourceSlots
 
 __all__ = ["begin_termination", "end_kernel", "release", "stop_job", "stop_kernels"]

@@ -34,6 +34,9 @@ metric                                                    labels                
 Redis (0 when none waits): how far behind the database is what the workers reported.
 ``jobgate_scheduler_pending_sessions`` holds, per group, the codes of the last pass
 (``no-fit``, ``quota``, ``blocked`` ...; see plugins/scheduling/reasons.py).
+``jobgate_usage_slot_seconds_total`` (:data:`USAGE_SECONDS`, one per process, exposed by
+the gateway and the scheduler) grows when a usage record closes, in the process that
+closed it: sum it over both (docs/usage.md); a running kernel is not in it until it ends.
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.keys import EVENTS_QUEUE, SCHEDULER_QUEUE
-from contract.metrics_http import MetricsListener
+from plumbing.metrics_http import MetricsListener
 
 __all__ = [
     "CONTENT_TYPE",
+    "USAGE_SECONDS",
     "ConsumerMetrics",
     "HttpMetrics",
     "MetricsMiddleware",
@@ -70,6 +74,18 @@ CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 UNMATCHED: Final = "unmatched"
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 PASS_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+#: slot-seconds of closed usage records (gateway/db/usage.py): one per process, not per
+#: registry (the records close in database flushes, which know no app), so every
+#: registry that serves metrics registers it too (the app's, the scheduler's).
+#: Series: projects x slots; "" is the project of sessions without one.
+USAGE_SECONDS: Final = Counter(
+    "jobgate_usage_slot_seconds",
+    "Slot-seconds of kernel attempts that ended (cpu: core-seconds, mem: byte-seconds, "
+    "an accelerator slot: its amount times seconds), by project and slot.",
+    ["project", "slot"],
+    registry=None,
+)
 
 
 async def queue_depth_and_lag(pool: ArqRedis, queue: str) -> tuple[int, float]:
@@ -251,6 +267,7 @@ class SchedulerMetrics:
         )
         self._pending = _PendingCollector()
         registry.register(self._pending)
+        registry.register(USAGE_SECONDS)  # the reconciler closes records of lost nodes
 
     def passed(self, group: str, seconds: float, placed: int, waiting: Mapping[str, int]) -> None:
         self.duration.labels(group).observe(seconds)

@@ -14,7 +14,6 @@ import uuid
 
 from arq.connections import ArqRedis
 
-from contract import arq as jobs
 from contract.keys import (
     SCHEDULER_QUEUE,
     dirty_key,
@@ -23,6 +22,7 @@ from contract.keys import (
     stop_job_id,
 )
 from contract.messages import StartKernel, StopKernel
+from plumbing import arq as jobs
 
 __all__ = [
     "ScheduleRequests",

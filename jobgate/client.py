@@ -7,28 +7,23 @@ Errors come back as :class:`ApiError` carrying the RFC 7807 problem the gateway 
 from __future__ import annotations
 
 import json
+import ssl
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+# httpx imports its own command line (click, pygments, rich.syntax: half its import time)
+# unless that import fails; jobgate never runs it, and every command pays for the import
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
-from jobgate.profile import Profile
+import httpx  # noqa: E402
+
+from jobgate.errors import ApiError  # noqa: E402
+from jobgate.profile import Profile  # noqa: E402
 
 __all__ = ["ApiError", "Client", "iter_sse", "segment", "segments"]
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, title: str, detail: str, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.title = title
-        self.detail = detail
-        self.field = field
-
-    def __str__(self) -> str:
-        return self.detail
 
 
 def segment(value: str) -> str:
@@ -82,13 +77,26 @@ def iter_sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             data.append(line[5:].lstrip())
 
 
+def tls_for(url: str) -> ssl.SSLContext | bool:
+    """What a client of *url* verifies TLS peers with. An ``https://`` URL: the system's
+    trust store, as httpx loads it. A plain ``http://`` one never speaks TLS, and loading
+    the store costs tens of milliseconds per command; it gets a context that requires
+    verification and trusts nobody, so a TLS peer it ever met would be refused, not
+    trusted."""
+    if url.lower().startswith("https://"):
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 class Client:
     def __init__(self, profile: Profile, timeout: float = 30.0) -> None:
         if not profile.url:
             raise ApiError(0, "Not configured", "no API URL: run `jobgate up` or set JOBGATE_URL")
         self.profile = profile
         headers = {"Authorization": f"Bearer {profile.api_key}"} if profile.api_key else {}
-        self.http = httpx.Client(base_url=profile.url, headers=headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=profile.url, headers=headers, timeout=timeout, verify=tls_for(profile.url)
+        )
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         """The decoded JSON body; ``None`` for an answer without one (204)."""

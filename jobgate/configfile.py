@@ -101,7 +101,10 @@ def _write_user(api: Client, item: Item, now: Item | None) -> str:
 
 
 def _read_projects(api: Client) -> list[Item]:
-    return [{"name": p["name"], "members": sorted(p["members"])} for p in api.get("/v1/projects")]
+    return [
+        {"name": p["name"], "members": sorted(p["members"]), "share": p["share"]}
+        for p in api.get("/v1/projects")
+    ]
 
 
 def _write_project(api: Client, item: Item, now: Item | None) -> str:
@@ -110,6 +113,9 @@ def _write_project(api: Client, item: Item, now: Item | None) -> str:
     have = set(now["members"]) if now else set()
     for user in sorted(set(item["members"]) - have):
         api.post(f"/v1/projects/{segment(item['name'])}/members", json={"user": user})
+    share = item.get("share", 1)
+    if share != (now["share"] if now else 1):
+        api.patch(f"/v1/projects/{segment(item['name'])}", json={"share": share})
     return "created" if now is None else "updated"
 
 
@@ -132,7 +138,7 @@ SECTIONS: Final = (
     Section("resource_groups", ("name", "description", "scheduler"), _read_groups, _write_group),
     Section("images", ("name", "apps"), _read_images, _write_image),
     Section("users", ("name", "role"), _read_users, _write_user),
-    Section("projects", ("name", "members"), _read_projects, _write_project),
+    Section("projects", ("name", "members", "share"), _read_projects, _write_project),
     Section(
         "policies",
         ("scope", "subject", "max_sessions", "max_pending", "max_slots", "max_folder_bytes"),
@@ -141,13 +147,14 @@ SECTIONS: Final = (
     ),
 )
 #: fields added after the format's first version: files written before them still load
-OPTIONAL: Final = frozenset({"max_folder_bytes"})
+OPTIONAL: Final = frozenset({"max_folder_bytes", "share"})
 _HEADER: Final = ("format", "version", "exported_at", "exported_from", "secrets")
 
 
 def _same(section: Section, want: Item, have: Item) -> bool:
-    if section.key == "projects":  # members are added, never removed
-        return set(want["members"]) <= set(have["members"])
+    if section.key == "projects":  # members are added, never removed; share 1 if unsaid
+        same_share = want.get("share", 1) == have.get("share", 1)
+        return set(want["members"]) <= set(have["members"]) and same_share
     return all(want.get(f) == have.get(f) for f in section.fields)
 
 

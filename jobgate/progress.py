@@ -58,7 +58,8 @@ class Progress:
         """A progress message from the worker (pulling an image, ...)."""
         if self.running_seen:
             return
-        self.reason = message
+        # "pending: no node fits" while PENDING: the status is on the line already
+        self.reason = message.removeprefix(f"{self.status_now.lower()}: ")
         self._waiting()
 
     def output_starts(self) -> None:

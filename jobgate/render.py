@@ -4,7 +4,9 @@
 - times: relative ages in tables (``3m ago``), ISO 8601 to the second in details
   (``2026-11-25T11:40:03Z``), durations where they help (``1m05s``);
 - commands are shown quoted as a shell would (``shlex.join``);
-- tables fit 80 columns by wrapping long cells; ids and names are never cut short;
+- tables: one row per line, fitted to the terminal by cutting long cells (reasons,
+  slots) with ``…`` as ``kubectl get`` and ``docker ps`` do; ids and names are never cut;
+  into a pipe nothing is cut, as with ``kubectl get``;
 - ``-o json`` prints exactly what the API answered: a list for list commands, an object
   for the others, always valid JSON on stdout.
 
@@ -26,6 +28,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from plugins.resources import format_size
 
@@ -43,6 +46,7 @@ __all__ = [
     "stamp",
     "status_text",
     "table",
+    "value_text",
 ]
 
 out = Console(highlight=False, soft_wrap=True)
@@ -60,11 +64,23 @@ STATUS_STYLE = {
     "CANCELLED": "dim",
     "TERMINATED": "dim",
 }
-#: columns whose long cells wrap to fit the terminal; every other column (ids, names,
-#: statuses, ages) is kept whole
-WRAP = frozenset(
-    {"REASON", "FREE", "CAPACITY", "SCHEDULER", "DESCRIPTION", "MEMBERS", "APPS", "MAX SLOTS"}
+#: columns whose long cells are cut with ``…`` to fit the terminal; every other column
+#: (ids, names, statuses, ages) is kept whole
+CUT = frozenset(
+    {
+        "REASON",
+        "FREE",
+        "CAPACITY",
+        "SCHEDULER",
+        "DESCRIPTION",
+        "MEMBERS",
+        "APPS",
+        "MAX SLOTS",
+        "TARGET",
+    }
 )
+#: the space between two columns
+GAP = 2
 
 
 class Output(StrEnum):
@@ -166,17 +182,63 @@ def status_text(status: str) -> str:
     return f"[{style}]{status}[/]" if style else status
 
 
+def value_text(value: object) -> str:
+    """A field's value for people: ``-`` for none, ``yes``/``no`` for flags (never
+    Python's ``None``/``True``)."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _width() -> int | None:
+    """How wide a table may be: on a terminal its width (``COLUMNS`` if set, as rich reads
+    it); into a pipe or a file no limit, as ``kubectl get`` does, so scripts, ``grep`` and
+    ``less -S`` see every cell whole (``COLUMNS`` alone does not cut a pipe: test
+    harnesses and CI set it for other reasons)."""
+    return out.width if out.is_terminal else None
+
+
+def _fit(columns: list[str], cells: list[list[Text]], width: int) -> list[int]:
+    """Column widths that fit *width*: the widest long-cell column (:data:`CUT`) gives
+    up a character at a time, never below its header; the others are kept whole."""
+    widths = [
+        max([len(name)] + [row[i].cell_len for row in cells]) for i, name in enumerate(columns)
+    ]
+    cut = [i for i, name in enumerate(columns) if name in CUT]
+    excess = sum(widths) + GAP * (len(columns) - 1) - width
+    while excess > 0:
+        shrinkable = [i for i in cut if widths[i] > max(len(columns[i]), 3)]
+        if not shrinkable:
+            break  # ids and names alone are wider than the terminal: they stay whole
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
 def table(columns: list[str], rows: list[list[str]]) -> None:
-    """Columns fitted to the terminal by wrapping the long cells (ids and names are kept
-    whole); when stdout is not a terminal nothing is wrapped or cut, for grep and friends."""
+    """One row per line, columns two spaces apart. Long cells (:data:`CUT`: reasons,
+    slots, descriptions) are cut with ``…`` so each line fits the width of
+    :func:`_width`; ids, names, statuses and ages are never cut. ``sessions show`` and
+    ``-o json`` always give the whole text."""
+    cells = [[Text.from_markup(cell) for cell in row] for row in rows]
+    width = _width()
+    if width is not None:
+        widths = _fit(columns, cells, width)
+        for row in cells:
+            for i, cell in enumerate(row):
+                if cell.cell_len > widths[i]:
+                    cell.truncate(widths[i], overflow="ellipsis")
     t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
     for column in columns:
-        t.add_column(column, overflow="fold", no_wrap=column not in WRAP, min_width=len(column))
-    for row in rows:
+        t.add_column(column, no_wrap=True, min_width=len(column))
+    for row in cells:
         t.add_row(*row)
     page = Console(
         file=io.StringIO(),
-        width=out.width if out.is_terminal else 10_000,
+        width=1_000_000,
         color_system="auto" if out.is_terminal and out.color_system else None,
         force_terminal=out.is_terminal,
         highlight=False,

@@ -12,8 +12,9 @@
 Children log to ``DATA_DIR/logs/<component>.log`` and die with their parent (Linux
 PDEATHSIG), so even a killed ``jobgate up`` leaves nothing behind. Ctrl-C or SIGTERM
 stops them in order: the scheduler, the worker (which stops the node's sessions and
-reports them), then - once the gateway consumed every event - the gateway, the proxy
-and Redis.
+reports them, reason "jobgate up stopped"), then - once the gateway consumed every
+event - the gateway, the proxy and Redis. It first says how many running sessions that
+terminates; a second Ctrl-C kills what is left at once.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -47,6 +50,7 @@ from jobgate.profile import Profile
 
 __all__ = [
     "DEFAULT_IMAGES",
+    "STOP_REASON",
     "Stack",
     "StackError",
     "find_podman_socket",
@@ -55,6 +59,14 @@ __all__ = [
 ]
 
 _PR_SET_PDEATHSIG = 1
+#: the reason of the sessions a stopping stack terminates (the worker reports it)
+STOP_REASON = "jobgate up stopped"
+#: sessions that hold a node's resources: stopping the stack terminates them
+LIVE = ("SCHEDULED", "PREPARING", "RUNNING")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 class StackError(RuntimeError):
@@ -104,6 +116,30 @@ def _socket_owner(socket: str) -> int | None:
         return os.stat(socket.removeprefix("unix://")).st_uid
     except OSError:
         return None
+
+
+def _primary_gid(uid: int) -> int:
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:  # no passwd entry: a user private group is the usual setup
+        return uid
+
+
+def _barred(directory: Path, uid: int, gid: int) -> Path | None:
+    """The first directory from / down to *directory* that *uid* (primary group *gid*)
+    may not enter, by its mode bits; None: it reaches *directory*."""
+    for path in (*reversed(directory.parents), directory):
+        info = path.stat()
+        mode = info.st_mode
+        if info.st_uid == uid:
+            allowed = mode & stat.S_IXUSR
+        elif info.st_gid == gid:
+            allowed = mode & stat.S_IXGRP
+        else:
+            allowed = mode & stat.S_IXOTH
+        if not allowed:
+            return path
+    return None
 
 
 def find_podman_socket() -> str | None:
@@ -160,6 +196,13 @@ class Component:
         if self.log_file:
             self.log_file.close()
 
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        if self.log_file:
+            self.log_file.close()
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -179,25 +222,32 @@ class Stack:
     components: dict[str, Component] = field(default_factory=dict)
     redis_url: str = ""
     _stopping: bool = False
+    _api: str = ""
+    _admin_key: str = ""
+    _outside: Path | None = None  # the folders root when the data dir is out of reach
 
     # -- start ------------------------------------------------------------------------
     def start(self) -> Profile:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (self.data_dir / "logs").mkdir(exist_ok=True)
+        (self.data_dir / "logs").mkdir(exist_ok=True, mode=0o700)
         self._lock()
         self._check_ports()
         secrets_ = self._secrets()
         self.redis_url = self._redis()
         database_url = self._database()
+        self._keep_private()
         admin_key = self._bootstrap(database_url)
         runtime, socket = self._choose_runtime()
         api = f"http://{self.host}:{self.port}"
         proxy = f"http://{self.host}:{self.proxy_port}"
+        self._api, self._admin_key = api, admin_key
         env = os.environ | {
             "JOBGATE_DATA_DIR": str(self.data_dir),
             "JOBGATE_DATABASE_URL": database_url,
             "JOBGATE_REDIS_URL": self.redis_url,
-            "JOBGATE_NODE_TOKEN": secrets_["node_token"],
+            # workers join with it and keep a credential of their own (the key keeps its
+            # old name so existing data dirs go on)
+            "JOBGATE_JOIN_TOKEN": secrets_["node_token"],
             "JOBGATE_PROXY_SECRET": secrets_["proxy_secret"],
             "JOBGATE_GATEWAY_URL": api,
             "JOBGATE_PROXY_PUBLIC_URL": proxy,
@@ -222,7 +272,11 @@ class Stack:
         self.say(f"  gateway    {api}")
         self._spawn("scheduler", [*me, "scheduler", "run"], env)
         self.say("  scheduler  running")
-        worker_env = env | {"JOBGATE_WORKER_RUNTIME": runtime, "JOBGATE_STOP_KERNELS_ON_EXIT": "1"}
+        worker_env = env | {
+            "JOBGATE_WORKER_RUNTIME": runtime,
+            "JOBGATE_STOP_KERNELS_ON_EXIT": "1",
+            "JOBGATE_STOP_KERNELS_REASON": STOP_REASON,
+        }
         self._spawn("worker", [*me, "worker", "run"], worker_env)
         node = self._wait_node(api, admin_key)
         self.say(f"  worker     node {node} ({runtime})")
@@ -234,25 +288,45 @@ class Stack:
         self._wait_http(f"{proxy}/_jobgate/healthz", "proxy")
         self._check("proxy")
         self.say(f"  proxy      {proxy}")
+        if self._outside is not None:  # only now: a failed start leaves nothing out there
+            self._outside.mkdir(mode=0o711, exist_ok=True)
+            self._outside.chmod(0o711)
         return Profile(url=api, api_key=admin_key, proxy_url=proxy)
 
     def _folders(self, socket: str | None) -> dict[str, str]:
-        """Where data folders live: DATA_DIR/storage/folders, except for a root stack
-        beside another user's rootless Podman, whose containers must reach (and own)
-        them while the data dir is 0700: then /var/tmp/jobgate-folders-<hash of the
-        data dir>, 0711, each folder handed to that user (docs/folders.md)."""
+        """Where data folders live: DATA_DIR/storage/folders, so removing the data dir
+        removes them. A root stack beside another user's rootless Podman hands each
+        folder to that user, whose containers bind-mount them: the data dir and storage/
+        get that user's group, 0710 (traverse, never list), the root 0711. Only when a
+        directory above the data dir bars that user (root's own home, 0700) do they go to
+        /var/tmp/jobgate-folders-<hash of the data dir>, made once the stack is up, so a
+        failed start leaves nothing outside the data dir (docs/folders.md)."""
         if os.environ.get("JOBGATE_FOLDERS_ROOT"):
             self.say(f"  folders    {os.environ['JOBGATE_FOLDERS_ROOT']} (JOBGATE_FOLDERS_ROOT)")
             return {}
+        root = self.data_dir / "storage" / "folders"
         owner = _socket_owner(socket) if socket else None
-        if os.geteuid() != 0 or owner in (None, 0):
-            self.say(f"  folders    {self.data_dir / 'storage' / 'folders'}")
+        if os.geteuid() != 0 or owner is None or owner == 0:
+            self.say(f"  folders    {root}")
             return {}
-        tag = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:12]
-        root = Path("/var/tmp") / f"jobgate-folders-{tag}"
-        root.mkdir(mode=0o711, exist_ok=True)
-        root.chmod(0o711)
-        self.say(f"  folders    {root} (reachable by the Podman user, uid {owner})")
+        gid = _primary_gid(owner)
+        blocked = _barred(self.data_dir.parent, owner, gid)
+        if blocked is None:
+            for path, mode in ((self.data_dir, 0o710), (root.parent, 0o710)):
+                path.mkdir(mode=mode, exist_ok=True)
+                os.chown(path, -1, gid)
+                path.chmod(mode)
+            root.mkdir(mode=0o711, exist_ok=True)
+            root.chmod(0o711)
+            self.say(f"  folders    {root} (handed to the Podman user, uid {owner})")
+        else:
+            tag = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:12]
+            root = Path("/var/tmp") / f"jobgate-folders-{tag}"
+            self._outside = root
+            self.say(
+                f"  folders    {root} (the Podman user, uid {owner}, cannot enter {blocked}; "
+                "choose a --data-dir it can reach, e.g. /var/lib/jobgate, to keep them there)"
+            )
         return {"JOBGATE_FOLDERS_ROOT": str(root), "JOBGATE_FOLDERS_UID": str(owner)}
 
     def _lock(self) -> None:
@@ -334,6 +408,17 @@ class Stack:
         shown = url.split("@")[-1] if "@" in url else url
         self.say(f"  database   {shown} (migrated)")
         return url
+
+    def _keep_private(self) -> None:
+        """Only this user reads the logs and the embedded database: the data dir may be
+        handed to the Podman user's group to traverse (``_folders``), and what sits in it
+        at a known name must not be readable through that (an install from before kept
+        them 0755/0644 behind a 0700 data dir)."""
+        (self.data_dir / "logs").chmod(0o700)
+        for name in ("jobgate.db", "jobgate.db-wal", "jobgate.db-shm", "jobgate.db-journal"):
+            path = self.data_dir / name
+            if path.exists():
+                path.chmod(0o600)
 
     def _bootstrap(self, database_url: str) -> str:
         path = self.data_dir / "admin.key"
@@ -424,7 +509,44 @@ class Stack:
             time.sleep(0.2)
         return 0
 
+    def running_sessions(self) -> int | None:
+        """How many sessions run on the stack (every user's; None if the API does not say)."""
+        gateway = self.components.get("gateway")
+        if not self._api or gateway is None or not gateway.alive():
+            return None
+        try:
+            found = httpx.get(
+                f"{self._api}/v1/sessions",
+                params={"all": "true", "status": list(LIVE), "limit": 500},
+                headers={"Authorization": f"Bearer {self._admin_key}"},
+                timeout=5.0,
+            )
+            found.raise_for_status()
+            return len(found.json()["items"])
+        except (httpx.HTTPError, KeyError, ValueError):
+            return None
+
     def stop(self) -> None:
+        """Stop everything in order, first saying what happens to running sessions; a
+        Ctrl-C meanwhile kills what is left at once."""
+        if not self.components:
+            return
+        running = self.running_sessions()
+        what = f": {plural(running, 'running session')} will be terminated" if running else ""
+        self.say(f"jobgate up: stopping{what} (Ctrl-C again to stop at once)")
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            self._stop_in_order()
+        except KeyboardInterrupt:
+            self.say("jobgate up: stopping at once")
+            for component in self.components.values():
+                component.kill()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if self.redis_url.startswith("unix://") and "redis" in self.components:
+            Path(self.redis_url.removeprefix("unix://")).unlink(missing_ok=True)
+
+    def _stop_in_order(self) -> None:
         order = ["scheduler", "worker", "_drain", "gateway", "proxy", "redis"]
         for name in order:
             if name == "_drain":
@@ -433,8 +555,6 @@ class Stack:
             component = self.components.get(name)
             if component is not None:
                 component.stop(timeout=30.0 if name == "worker" else 10.0)
-        if self.redis_url.startswith("unix://") and "redis" in self.components:
-            Path(self.redis_url.removeprefix("unix://")).unlink(missing_ok=True)
 
     def _drain_events(self, timeout: float = 10.0) -> None:
         """Let the gateway consume what the worker reported before it is stopped."""

@@ -3,7 +3,7 @@
 ::
 
     put  file ─▶ POST /v1/folders/F/uploads (Upload-Length, path) ─▶ Location
-              ─▶ PATCH Location (Upload-Offset: 0, 1 MiB chunks from disk)
+              ─▶ PATCH Location (Upload-Offset: 0, 8 MiB reads from disk)
                    connection lost? HEAD Location ─▶ Upload-Offset ─▶ PATCH from there
     get  file ─▶ GET /v1/folders/F/files/PATH ─▶ LOCAL.part
                    connection lost? GET with Range: bytes=<have>- ─▶ append
@@ -11,11 +11,20 @@
 
 Nothing is held in memory beyond one chunk; both directions resume after a dropped
 connection (a few attempts) without sending again what arrived.
+
+An upload also resumes across runs: its ``Location`` is remembered in a small file
+(``~/.cache/jobgate/uploads/<key>.json``, mode 0600, keyed by the gateway, folder, remote
+path and local file) together with the file's size and mtime. The next ``put`` of the
+same, unchanged file asks ``HEAD`` for the offset and sends only the rest; a changed file
+ends the stale upload (tus ``DELETE``) and starts again. The memo goes when the upload
+completes.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import os
 import posixpath
 from collections.abc import Callable, Iterator
@@ -23,13 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import platformdirs
 
 from jobgate.client import ApiError, Client, _raise_for, segment, segments
 
-__all__ = ["Item", "download", "plan_upload", "upload"]
+__all__ = ["Item", "UploadMemo", "download", "plan_upload", "upload"]
 
-CHUNK = 1024 * 1024
+CHUNK = 8 * 1024 * 1024
 ATTEMPTS = 5
+TUS = {"Tus-Resumable": "1.0.0"}
 Advance = Callable[[int], None]
 
 
@@ -89,19 +100,83 @@ def _chunks(path: Path, offset: int, advance: Advance) -> Iterator[bytes]:
             yield chunk
 
 
+@dataclass(frozen=True, slots=True)
+class UploadMemo:
+    """Where an unfinished upload of one local file to one remote path lives."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, api: Client, folder: str, item: Item) -> UploadMemo:
+        key = json.dumps([api.profile.url, folder, item.remote, str(item.local.resolve())])
+        name = hashlib.sha256(key.encode()).hexdigest()[:32] + ".json"
+        return cls(Path(platformdirs.user_cache_dir("jobgate")) / "uploads" / name)
+
+    def load(self) -> dict[str, object] | None:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def save(self, location: str, size: int, mtime_ns: int) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"location": location, "size": size, "mtime_ns": mtime_ns}, f)
+        tmp.replace(self.path)
+
+    def forget(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _resume(api: Client, memo: UploadMemo, size: int, mtime_ns: int) -> tuple[str, int] | None:
+    """The location and offset of this file's unfinished upload from an earlier run, if
+    the gateway still holds it and the file did not change (else the stale one ends)."""
+    known = memo.load()
+    if known is None:
+        return None
+    location = str(known.get("location", ""))
+    if not location.startswith("/v1/uploads/"):
+        memo.forget()
+        return None
+    if known.get("size") != size or known.get("mtime_ns") != mtime_ns:
+        api.http.delete(location, headers=TUS)  # the file changed: its part is useless
+        memo.forget()
+        return None
+    head = api.http.head(location, headers=TUS)
+    if head.status_code == 200 and head.headers.get("Upload-Length") == str(size):
+        return location, int(head.headers["Upload-Offset"])
+    memo.forget()  # finished, cleaned up after a day, or not ours: start again
+    return None
+
+
+def _offset(api: Client, location: str) -> int:
+    head = api.http.head(location, headers=TUS)
+    _raise_for(head)
+    return int(head.headers["Upload-Offset"])
+
+
 def upload(api: Client, folder: str, item: Item, advance: Advance) -> None:
-    """Send one file; a dropped connection resumes at the offset the gateway holds."""
-    metadata = "path " + base64.b64encode(item.remote.encode()).decode()
-    created = api.http.post(
-        f"/v1/folders/{segment(folder)}/uploads",
-        headers={
-            "Tus-Resumable": "1.0.0",
-            "Upload-Length": str(item.size),
-            "Upload-Metadata": metadata,
-        },
-    )
-    _raise_for(created)
-    location = created.headers["Location"]
+    """Send one file; a dropped connection resumes at the offset the gateway holds, and
+    so does the next run of the same upload after an interrupted one."""
+    info = item.local.stat()
+    memo = UploadMemo.of(api, folder, item)
+    resumed = _resume(api, memo, item.size, info.st_mtime_ns) if item.size else None
+    if resumed is None:
+        metadata = "path " + base64.b64encode(item.remote.encode()).decode()
+        created = api.http.post(
+            f"/v1/folders/{segment(folder)}/uploads",
+            headers={**TUS, "Upload-Length": str(item.size), "Upload-Metadata": metadata},
+        )
+        _raise_for(created)
+        location, offset = created.headers["Location"], 0
+        if item.size:
+            memo.save(location, item.size, info.st_mtime_ns)
+    else:
+        location, offset = resumed
     shown = 0  # bytes the progress bar counts for this file
 
     def bump(n: int) -> None:
@@ -109,31 +184,37 @@ def upload(api: Client, folder: str, item: Item, advance: Advance) -> None:
         shown += n
         advance(n)
 
-    offset = 0
+    bump(offset)
     for attempt in range(ATTEMPTS):
         if offset >= item.size:
-            return
+            break
         try:
             response = api.http.patch(
                 location,
                 content=_chunks(item.local, offset, bump),
                 headers={
-                    "Tus-Resumable": "1.0.0",
+                    **TUS,
                     "Upload-Offset": str(offset),
                     "Content-Type": "application/offset+octet-stream",
                     "Content-Length": str(item.size - offset),
                 },
                 timeout=httpx.Timeout(60.0, write=None, read=None),
             )
-            _raise_for(response)
-            offset = int(response.headers["Upload-Offset"])
+            if response.status_code != 409 or attempt == ATTEMPTS - 1:
+                _raise_for(response)
+                offset = int(response.headers["Upload-Offset"])
+            else:  # not the offset the gateway holds (an earlier request was still writing)
+                offset = _offset(api, location)
         except httpx.TransportError:
             if attempt == ATTEMPTS - 1:
                 raise
-            head = api.http.head(location, headers={"Tus-Resumable": "1.0.0"})
-            _raise_for(head)
-            offset = int(head.headers["Upload-Offset"])
+            offset = _offset(api, location)
         bump(offset - shown)  # the bar shows what the gateway holds
+    if offset < item.size:
+        raise ApiError(
+            0, "Incomplete", f"{item.local}: the gateway holds {offset} of {item.size} bytes"
+        )
+    memo.forget()
 
 
 def download(api: Client, folder: str, remote: str, local: Path, advance: Advance) -> None:
@@ -154,8 +235,10 @@ def download(api: Client, folder: str, remote: str, local: Path, advance: Advanc
                     response.read()
                     _raise_for(response)
                 mode = "ab" if response.status_code == 206 else "wb"
-                with part.open(mode) as out:
-                    for chunk in response.iter_bytes(CHUNK):
+                encoded = "content-encoding" in response.headers
+                pieces = response.iter_bytes() if encoded else response.iter_raw()
+                with part.open(mode, buffering=CHUNK) as out:
+                    for chunk in pieces:  # as received: no re-chunking copies
                         out.write(chunk)
                         advance(len(chunk))
             break

@@ -274,7 +274,7 @@ def upload(api: Client, root: Path, max_bytes: int | None = None) -> Sent:
                 "PUT",
                 path,
                 content=body,
-                headers={"Content-Type": "application/x-tar"},
+                headers={"Content-Type": "application/octet-stream"},
                 timeout=httpx.Timeout(30.0, write=300.0),
             )
         return Sent(packed.digest, True, packed.files, packed.content_bytes)

@@ -18,7 +18,7 @@ to 0.30000000000000004 of one. JSON carries them as strings.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
@@ -150,11 +150,12 @@ def _to_decimal(slot: str, value: object) -> Decimal:
 class ResourceSlots(Mapping[str, Decimal]):
     """An immutable slot map with ``+``, ``-`` and ``<=`` (every slot fits)."""
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_hash")
 
     def __init__(self, data: Mapping[str, Decimal] | None = None) -> None:
         # Trusted constructor: values must already be Decimals. Use parse() for input.
         self._data: dict[str, Decimal] = {k: v for k, v in (data or {}).items() if v != _ZERO}
+        self._hash: int | None = None  # immutable: hashed once (the planner hashes a lot)
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -195,6 +196,16 @@ class ResourceSlots(Mapping[str, Decimal]):
     def __len__(self) -> int:
         return len(self._data)
 
+    # the dict's own views: Mapping's generic ones call __getitem__ per item
+    def keys(self) -> KeysView[str]:
+        return self._data.keys()
+
+    def items(self) -> ItemsView[str, Decimal]:
+        return self._data.items()
+
+    def values(self) -> ValuesView[Decimal]:
+        return self._data.values()
+
     def __repr__(self) -> str:
         return f"ResourceSlots({self.to_json()})"
 
@@ -204,7 +215,9 @@ class ResourceSlots(Mapping[str, Decimal]):
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(frozenset(self._data.items()))
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
 
     # -- arithmetic -------------------------------------------------------------------
     def __add__(self, other: Mapping[str, Decimal]) -> ResourceSlots:

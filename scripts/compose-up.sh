@@ -10,7 +10,9 @@
 #                                        POSTGRES_USER / POSTGRES_DB / POSTGRES_PASSWORD)
 #   localhost/jobgate:latest             localhost/jobgate-python:3.11 + this tree's jobgate
 #                                        and its dependencies as wheels (pip download here,
-#                                        pip install --no-index in `podman build --network none`)
+#                                        pip install --no-index in `podman build --network none`);
+#                                        labelled with a digest of the tree's sources and
+#                                        rebuilt when they change (never a stale jobgate)
 #
 # scripts/compose.offline.yaml overrides the images and puts every service on the host's
 # loopback with free ports (no container DNS on this host's CNI backend).
@@ -50,6 +52,12 @@ trap down EXIT
 
 # ---- images ------------------------------------------------------------------------------
 need() { [[ $REBUILD == 1 ]] || ! upodman image exists "$1"; }
+# what the jobgate image is built from (copied below), and a digest of it for its label
+SOURCES=(pyproject.toml README.md contract plumbing gateway workers plugins appproxy migrations jobgate)
+SOURCE=$(find "${SOURCES[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 |
+    LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-32)
+built_from() { upodman image inspect --format '{{index .Labels "jobgate.source"}}' "$1" 2>/dev/null; }
+need_jobgate() { need "$JOBGATE" || [[ $(built_from "$JOBGATE") != "$SOURCE" ]]; }
 
 if need "$SERVICES"; then
     if [[ ! -s $CACHE/services-rootfs.tar ]]; then
@@ -78,15 +86,14 @@ EOF
     say "built $SERVICES"
 fi
 
-if need "$JOBGATE"; then
+if need_jobgate; then
     upodman image exists "$PYTHON" || die "no $PYTHON: run scripts/build-test-images.sh python"
     ctx=$CACHE/jobgate-ctx
     rm -rf "$ctx" && mkdir -p "$ctx/wheels"
     say "wheels of jobgate and its dependencies (pip download, cp311 manylinux)"
     # from a copy: setuptools leaves build/ behind, and would reuse a stale one
     mkdir -p "$ctx/src"
-    cp -r pyproject.toml README.md contract gateway workers plugins appproxy migrations jobgate \
-        "$ctx/src/"
+    cp -r "${SOURCES[@]}" "$ctx/src/"
     find "$ctx/src" -name __pycache__ -prune -exec rm -rf {} +
     .venv/bin/python -m pip wheel -q --no-deps --wheel-dir "$ctx/wheels" "$ctx/src" >/dev/null
     rm -rf "$ctx/src"
@@ -104,6 +111,7 @@ EOF
     cp "$CACHE"/wheels/*.whl "$ctx/wheels/"
     cat >"$ctx/Containerfile" <<EOF
 FROM $PYTHON
+LABEL jobgate.source=$SOURCE
 RUN --mount=type=bind,source=wheels,target=/wheels \\
     python3 -m venv /opt/jobgate \\
  && /opt/jobgate/bin/pip install -q --no-index --find-links=/wheels jobgate \\
@@ -137,7 +145,7 @@ cp compose.yaml scripts/compose.offline.yaml "$WORK/"
 cat >"$WORK/.env" <<EOF
 POSTGRES_PASSWORD=$(secret)
 REDIS_PASSWORD=$(secret)
-JOBGATE_NODE_TOKEN=$(secret)
+JOBGATE_JOIN_TOKEN=$(secret)
 JOBGATE_PROXY_SECRET=$(secret)
 PG_PORT=$(free)
 REDIS_PORT=$(free)

@@ -9,6 +9,8 @@
 #   - rootless Podman: scripts/setup-podman.sh (user, config, API service) and
 #     scripts/build-test-images.sh (offline images), as root
 #   - Chromium (as root, Debian's package) for the web console's browser tests
+#   - openapi-typescript and typescript from npm, once, into .test-services/npm (the
+#     TypeScript client the suite generates from /openapi.json)
 # then runs ruff, mypy and pytest. Everything it starts itself is stopped on exit.
 # Screenshots of the console's pages land in $JOBGATE_TEST_ARTIFACTS (.test-artifacts/).
 set -euo pipefail
@@ -32,6 +34,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the console's browser tests
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # verifies the service units
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # multi-node cluster test: netns + veth
+command -v npm >/dev/null 2>&1 || missing+=(npm)  # openapi-typescript, the client-generation test
 if [ ${#missing[@]} -gt 0 ]; then
     if is_root; then
         say "installing ${missing[*]}"
@@ -85,7 +88,15 @@ if is_root && [ -x scripts/setup-podman.sh ]; then
     scripts/build-test-images.sh
 fi
 
-# ---- 5. lint, types, tests ----------------------------------------------------------------
+# ---- 5. npm tools: a TypeScript client generated from /openapi.json ------------------------
+# (tests/integration/gateway/test_client_generation.py; the tests themselves fetch nothing)
+NPM_TOOLS="$STATE/npm"
+if command -v npm >/dev/null 2>&1 && [ ! -x "$NPM_TOOLS/node_modules/.bin/openapi-typescript" ]; then
+    say "installing openapi-typescript into $NPM_TOOLS"
+    npm install --prefix "$NPM_TOOLS" --no-audit --no-fund --silent openapi-typescript@7 typescript@5
+fi
+
+# ---- 6. lint, types, tests ----------------------------------------------------------------
 export JOBGATE_TEST_REQUIRE_ALL=1
 # artefacts the tests leave for people (the console's screenshots), kept after the run
 export JOBGATE_TEST_ARTIFACTS=${JOBGATE_TEST_ARTIFACTS:-$ROOT/.test-artifacts}

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 import pytest
-from harness import Stack
+from harness import Stack, started_stack
 from needs import missing
 
 from gateway.db.migrate import upgrade, upgrade_async
@@ -43,6 +43,21 @@ def run_blocking(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     (session fixtures may first be requested by an async test)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(lambda: asyncio.run(coro_factory())).result()
+
+
+# ---- layers ---------------------------------------------------------------------------
+LAYERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its layer, from its folder: ``pytest -m unit`` runs the
+    pure-logic tests alone (seconds), ``-m "not e2e"`` everything but the whole stacks."""
+    for item in items:
+        parts = item.path.parts
+        for layer in LAYERS:
+            if layer in parts:
+                item.add_marker(getattr(pytest.mark, layer))
+                break
 
 
 # ---- Redis --------------------------------------------------------------------------
@@ -179,14 +194,8 @@ async def pg_url(pg_migrated: str) -> str:
 @pytest.fixture
 async def stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     """Gateway + scheduler on PostgreSQL and Redis; tests start the workers they need."""
-    s = Stack(pg_url, redis_url, tmp_path)
-    await s.bootstrap()
-    await s.start_gateway()
-    s.start_scheduler()
-    try:
+    async with started_stack(pg_url, redis_url, tmp_path) as s:
         yield s
-    finally:
-        await s.close()
 
 
 @pytest.fixture
@@ -194,11 +203,14 @@ async def sqlite_stack(redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     """The same on the embedded default: SQLite in a data directory."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'jobgate.db'}"
     await upgrade_async(url)
-    s = Stack(url, redis_url, tmp_path)
-    await s.bootstrap()
-    await s.start_gateway()
-    s.start_scheduler()
-    try:
+    async with started_stack(url, redis_url, tmp_path) as s:
         yield s
-    finally:
-        await s.close()
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def any_stack(request: pytest.FixtureRequest) -> Stack:
+    """``stack`` and ``sqlite_stack`` in turn: a test that must hold on both databases."""
+    found: Stack = request.getfixturevalue(
+        "stack" if request.param == "postgresql" else "sqlite_stack"
+    )
+    return found

@@ -1,6 +1,6 @@
 """The ``console`` blocks of README.md and docs/*.md, as commands a test can run.
 
-Conventions (also in the README's "Developing" section):
+Conventions (also in docs/developing.md, "The docs are tested"):
 
 * a line ``$ command`` is a command; a trailing ``\\`` continues it on the next line, and
   a here-document (``<<'EOF'``) runs to its terminator line;

@@ -13,8 +13,8 @@ import contextlib
 import os
 import signal
 import sys
-import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,15 +22,19 @@ from typing import Any
 import httpx
 import uvicorn
 from pydantic import SecretStr
+from waiting import until
 
 from gateway.app import create_app
 from gateway.bootstrap import ensure_admin_key, ensure_default_group
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
-from gateway.scheduler.runner import run_scheduler
+from gateway.loops.scheduler_process import run_scheduler
+from jobgate.client import tls_for
 from jobgate.localnet import free_port
 from workers.agent import Agent
 from workers.config import WorkerSettings
+from workers.keeper import PID_FILE as KEEPER_PID
+from workers.keeper import keeper_pid
 
 __all__ = ["Stack", "free_port"]
 
@@ -49,16 +53,39 @@ class WorkerHandle:
         await asyncio.wait_for(self.task, 60)
 
 
+def kill_keeper(state_dir: Path) -> None:
+    """SIGKILL the node keeper its pid file names (checked to be that keeper)."""
+    pid = keeper_pid(state_dir.resolve())
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @dataclass
 class WorkerProcess:
     """``jobgate worker run`` as a real process: it can be killed -9 and started again."""
 
     proc: asyncio.subprocess.Process
     log_path: Path
+    state_dir: Path  # DATA_DIR/worker/<node>: its keeper's pid file, its kernels' dirs
 
     async def kill9(self) -> None:
+        """The worker process alone (a crash it restarts from): its keeper and kernels
+        live on."""
         self.proc.send_signal(signal.SIGKILL)
         await self.proc.wait()
+
+    async def kill_node(self, kernels: bool = True) -> None:
+        """What a machine that dies loses: the worker, its keeper and (with *kernels*)
+        each kernel's process group and shim - all by the pids they wrote. Without
+        *kernels* it is a node cut off (a partition): its kernels run on."""
+        await self.kill9()
+        kill_keeper(self.state_dir)
+        if kernels:
+            for kdir in self.state_dir.glob("process/*"):
+                for name, kill in (("pid", os.killpg), ("shim.pid", os.kill)):
+                    with contextlib.suppress(OSError, ValueError):
+                        kill(int((kdir / name).read_text()), signal.SIGKILL)
 
     async def terminate(self, timeout: float = 60.0) -> int:
         if self.proc.returncode is None:
@@ -118,22 +145,7 @@ class Stack:
             await engine.dispose()
 
     async def start_gateway(self) -> None:
-        config = uvicorn.Config(
-            create_app(self.settings),
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            lifespan="on",
-        )
-        self._server = uvicorn.Server(config)
-        self._server_task = asyncio.create_task(self._server.serve())
-        deadline = time.monotonic() + 20
-        while not self._server.started:
-            if self._server_task.done():
-                self._server_task.result()
-            if time.monotonic() > deadline:
-                raise TimeoutError("gateway did not start")
-            await asyncio.sleep(0.01)
+        self._server, self._server_task = await serve_gateway(self.settings, self.port)
 
     async def stop_gateway(self) -> None:
         if self._server is not None and self._server_task is not None:
@@ -207,7 +219,7 @@ class Stack:
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
             )
-        handle = WorkerProcess(proc, log_path)
+        handle = WorkerProcess(proc, log_path, self.tmp / "worker" / node_id)
         self.processes.append(handle)
         try:
             await self.wait_nodes({node_id})
@@ -222,6 +234,8 @@ class Stack:
         for worker in self.workers:
             with contextlib.suppress(Exception):
                 await worker.close()
+        for pid_file in self.tmp.glob(f"worker/*/{KEEPER_PID}"):  # none outlives the test
+            kill_keeper(pid_file.parent)
         await self.stop_schedulers()
         await self.stop_gateway()
 
@@ -229,7 +243,9 @@ class Stack:
     def client(self, key: str | None = None) -> httpx.AsyncClient:
         key = self.admin_key if key is None else key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30)
+        return httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=30, verify=tls_for(self.url)
+        )
 
     async def cli(self, *args: str, key: str | None = None, timeout: float = 120) -> str:
         """``jobgate ARGS`` as a user runs it (a process; the gateway runs in this event
@@ -291,19 +307,43 @@ class Stack:
         self, session_id: str, statuses: Iterable[str], timeout: float = 30.0
     ) -> dict[str, Any]:
         wanted = set(statuses)
-        deadline = time.monotonic() + timeout
-        session: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            session = await self.get(session_id)
-            if session["status"] in wanted:
-                return session
-            if session["status"] in TERMINAL:
-                break
-            await asyncio.sleep(0.05)
-        raise AssertionError(
-            f"session {session_id} is {session.get('status')} ({session.get('status_reason')}, "
-            f"pending: {session.get('pending_reason')}), wanted {sorted(wanted)}"
-        )
+        seen: dict[str, Any] = {}
+
+        async def reached() -> dict[str, Any] | None:
+            seen.update(await self.get(session_id))
+            if seen["status"] in wanted:
+                return seen
+            assert seen["status"] not in TERMINAL, said()
+            return None
+
+        def said() -> str:
+            return (
+                f"session {session_id} is {seen.get('status')} ({seen.get('status_reason')}, "
+                f"pending: {seen.get('pending_reason')}), wanted {sorted(wanted)}"
+            )
+
+        return await until(reached, timeout=timeout, what=said)
+
+    async def wait_pending(
+        self, session_id: str, reason: str, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """Until the scheduler has judged a session and holds it back: PENDING with a
+        ``pending_reason`` that starts with ``reason`` (the event a test of "nothing
+        runs yet" waits for, instead of sleeping through a few passes)."""
+        seen: dict[str, Any] = {}
+
+        async def held() -> dict[str, Any] | None:
+            seen.update(await self.get(session_id))
+            assert seen["status"] == "PENDING", said()
+            return seen if (seen.get("pending_reason") or "").startswith(reason) else None
+
+        def said() -> str:
+            return (
+                f"session {session_id} is {seen.get('status')} "
+                f"(pending: {seen.get('pending_reason')}), wanted PENDING: {reason}..."
+            )
+
+        return await until(held, timeout=timeout, what=said)
 
     async def logs(self, session_id: str, key: str | None = None) -> str:
         async with self.client(key) as api:
@@ -312,28 +352,78 @@ class Stack:
             return r.text
 
     async def wait_output(self, session_id: str, text: str, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        output = ""
-        while time.monotonic() < deadline:
-            output = await self.logs(session_id)
-            if text in output:
-                return output
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"{text!r} not in the output of {session_id}: {output!r}")
+        seen = [""]
+
+        async def output() -> str | None:
+            seen[0] = await self.logs(session_id)
+            return seen[0] if text in seen[0] else None
+
+        return await until(
+            output, timeout=timeout, what=lambda: f"{text!r} in {session_id}'s output {seen[0]!r}"
+        )
+
+    async def kernel_ended(self, session: dict[str, Any], timeout: float = 30.0) -> None:
+        """Until the process runtime recorded the exit of *session*'s kernel (its shim
+        writes ``<data dir>/.../process/<kernel id>/exit``): the event a test of "it ended
+        while nobody watched" waits for, with no worker or gateway to tell (so *session*
+        is as the API showed it while it ran)."""
+        (kernel,) = session["kernels"]
+        pattern = f"**/process/{kernel['id']}/exit"
+        await until(
+            lambda: any(self.tmp.glob(pattern)), timeout=timeout, what=f"{session['id']} ended"
+        )
 
     async def wait_nodes(self, node_ids: set[str], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
         async with self.client() as api:
-            while time.monotonic() < deadline:
+
+            async def ready() -> bool:
                 nodes = (await api.get("/v1/nodes")).json()["items"]
-                ready = {n["id"] for n in nodes if n["status"] == "ready"}
-                if node_ids <= ready:
-                    return
-                await asyncio.sleep(0.05)
-        raise AssertionError(f"nodes {sorted(node_ids)} did not become ready")
+                return node_ids <= {n["id"] for n in nodes if n["status"] == "ready"}
+
+            await until(ready, timeout=timeout, what=f"nodes {sorted(node_ids)} ready")
 
 
 def _node_ids(settings: WorkerSettings) -> list[str]:
     if settings.sim_nodes:
         return [f"{settings.node_id}-{i:04d}" for i in range(settings.sim_nodes)]
     return [settings.node_id]
+
+
+@asynccontextmanager
+async def started_stack(
+    database_url: str, redis_url: str, tmp_path: Path, **settings: Any
+) -> AsyncIterator[Stack]:
+    """A gateway + scheduler, *settings* over the harness's (``webhook_deliverer=False``
+    ...), closed on the way out; the fixtures below and tests that need other settings
+    start theirs with it."""
+    s = Stack(database_url, redis_url, tmp_path)
+    if settings:
+        s.settings = s.settings.model_copy(update=settings)
+    await s.bootstrap()
+    await s.start_gateway()
+    s.start_scheduler()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def serve_gateway(
+    settings: GatewaySettings, port: int
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    """A gateway app served on 127.0.0.1:*port* in this event loop, once it answers;
+    stop it with ``server.should_exit = True`` and await the task."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        )
+    )
+    task = asyncio.create_task(server.serve())
+
+    def started() -> bool:
+        if task.done():
+            task.result()
+        return server.started
+
+    await until(started, timeout=20, interval=0.01, what="the gateway started")
+    return server, task

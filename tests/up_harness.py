@@ -12,10 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from waiting import until_sync
 
 from jobgate.localnet import free_port as _free_port
 
@@ -89,15 +90,18 @@ class UpStack:
             self.proc = subprocess.Popen(
                 argv, env=self.environ(), stdout=log, stderr=subprocess.STDOUT
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        proc = self.proc
+
+        def ready() -> str | None:
             text = self.output()[already:]
             if "\nAPI: " in text:
                 return text
-            if self.proc.poll() is not None:
-                raise AssertionError(f"jobgate up exited {self.proc.returncode}:\n{text}")
-            time.sleep(0.1)
-        raise AssertionError(f"jobgate up was not ready in {timeout}s:\n{self.output()}")
+            assert proc.poll() is None, f"jobgate up exited {proc.returncode}:\n{text}"
+            return None
+
+        return until_sync(
+            ready, timeout=timeout, interval=0.1, what=lambda: f"jobgate up ready:\n{self.output()}"
+        )
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -131,8 +135,11 @@ class UpStack:
         return json.loads(self.cli(*args, "--output", "json", check=True).stdout)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
+        """The command as a terminal starts it: Ctrl-C (SIGINT) reaches it as
+        KeyboardInterrupt even when this test process inherited SIGINT ignored (a shell's
+        background job, `nohup`), which Python would otherwise pass on to the command."""
         return subprocess.Popen(
-            [sys.executable, "-m", "jobgate", *args],
+            [sys.executable, "-c", _AS_FROM_A_TERMINAL, *args],
             env=self.environ(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -142,14 +149,18 @@ class UpStack:
     def wait_status(
         self, session: str, statuses: set[str], timeout: float = 60.0
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        shown: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            shown = self.cli_json("sessions", "show", session)
-            if shown["status"] in statuses:
-                return shown
-            time.sleep(0.2)
-        raise AssertionError(f"{session} is {shown.get('status')}, wanted {statuses}")
+        seen: dict[str, Any] = {}
+
+        def reached() -> dict[str, Any] | None:
+            seen.update(self.cli_json("sessions", "show", session))
+            return seen if seen["status"] in statuses else None
+
+        return until_sync(
+            reached,
+            timeout=timeout,
+            interval=0.2,
+            what=lambda: f"{session} is {seen.get('status')}, wanted {statuses}",
+        )
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -158,3 +169,12 @@ class UpStack:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+#: ``python -m jobgate ARGS`` with SIGINT raising KeyboardInterrupt, as in a terminal
+_AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'jobgate'; "
+    "runpy.run_module('jobgate', run_name='__main__', alter_sys=True)"
+)

@@ -1,11 +1,12 @@
-"""The node daemon: ``jobgate worker run``.
+"""The node daemon: ``jobgate worker run``, the process around the nodes.
 
 ::
 
     register (NodeInfo + the kernels it found) ──▶ events queue ──▶ gateway
     heartbeat every few seconds ──────────────▶ Redis key with TTL
-    node queue ──▶ start_kernel / stop_kernel ──▶ KernelRun (one task per kernel)
-                                                   └─ events, output ──▶ gateway
+    node queue ──▶ start_kernel / stop_kernel ──▶ NodeAgent (workers/node.py)
+                                                   └─ KernelRun (one task per kernel)
+                                                      └─ events, output ──▶ gateway
 
 Control jobs are short: ``start_kernel`` hands the kernel to its own task and returns,
 so a slow image pull never holds a queue slot. On start the agent re-attaches to every
@@ -16,12 +17,7 @@ kernel its runtime still has, resuming output from the offsets it saved. A sim h
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
-import functools
 import logging
-import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,49 +25,25 @@ from arq.connections import ArqRedis
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
-from contract import arq as queueing
-from contract.apps import App
-from contract.cluster import cluster_network
 from contract.keys import heartbeat_key, node_queue, sim_host_queue
-from contract.messages import (
-    CommitKernel,
-    Heartbeat,
-    ImageCommitted,
-    KernelEvent,
-    KernelReport,
-    NodeInfo,
-    StartKernel,
-    StopKernel,
-    WireApp,
-)
-from contract.version import VERSION
-from plugins.accelerators.base import Reservation, ReservationError
-from plugins.accelerators.node import NodeAccelerators, NodeDevices
-from plugins.common import Mount
+from contract.messages import CommitKernel, StartKernel, StopKernel
 from plugins.loader import RUNTIMES, load_one
-from plugins.resources import ResourceSlots
-from plugins.runtimes.base import (
-    KernelSpec,
-    NetworkRuntime,
-    Runtime,
-    RuntimeContext,
-    RuntimeFailure,
-    RuntimeInfo,
-)
-from workers.apps import apps_from_labels, service_port, start_command
-from workers.cluster import cluster_env, cluster_net, remove_config, write_config
+from plugins.runtimes.base import Runtime, RuntimeContext
+from plumbing import arq as queueing
 from workers.config import WorkerSettings
-from workers.devices import load_accelerators, registration_fields
-from workers.fingerprint import host_capacity, machine_arch
-from workers.folders import folder_env, folder_mounts
-from workers.kernel import KernelRun, NodeServices
+from workers.credential import node_credential
+from workers.devices import load_accelerators
+from workers.fingerprint import host_capacity
+from workers.keeper import start_keeper, stop_keeper
+from workers.kernel import NodeServices
 from workers.metrics import WorkerMetrics
+from workers.node import NodeAgent
 from workers.reporter import EventReporter
 from workers.shipper import LogClient
-from workers.state import KernelState, StateStore, attempt_ref, parse_ref
+from workers.state import StateStore
 from workers.workdir import BlobClient, WorkdirCache, workdir_root
 
-__all__ = ["Agent", "NodeAgent"]
+__all__ = ["Agent"]
 
 log = logging.getLogger(__name__)
 
@@ -80,364 +52,6 @@ def build_runtime(name: str, context: RuntimeContext) -> Runtime:
     factory = load_one(RUNTIMES, name, Runtime)
     runtime: Runtime = factory(factory.Settings(), context)
     return runtime
-
-
-class NodeAgent:
-    """One node identity: its runtime, its kernels, its registration."""
-
-    def __init__(
-        self,
-        node_id: str,
-        queue: str,
-        runtime: Runtime,
-        services: NodeServices,
-        settings: WorkerSettings,
-        capacity: ResourceSlots,
-        accelerators: NodeAccelerators | None = None,
-    ) -> None:
-        self.node_id = node_id
-        self.queue = queue
-        self.runtime = runtime
-        self.services = services
-        self.settings = settings
-        self.capacity = capacity
-        self.accelerators = accelerators
-        self.devices: NodeDevices | None = None
-        self.kernels: dict[str, KernelRun] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.runtime_info: RuntimeInfo | None = None
-        self.network_locks: dict[str, asyncio.Lock] = {}  # session id -> its network's
-        self.stats: list[dict[str, Any]] = []
-        self._recovered: list[KernelRun] = []
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def describe(self) -> NodeInfo:
-        self.runtime_info = info = await self.runtime.info()
-        if self.accelerators is not None:
-            self.devices = await asyncio.to_thread(self.accelerators.fingerprint)
-        capacity = self.capacity + (self.devices.capacity if self.devices else ResourceSlots())
-        return NodeInfo(
-            node_id=self.node_id,
-            hostname=socket.gethostname(),
-            address=self.settings.node_address,
-            queue=self.queue,
-            runtime=info.name,
-            resource_group=self.settings.resource_group,
-            arch=machine_arch(),
-            labels=self.settings.labels,
-            capacity=capacity.to_json(),
-            limits_enforced=info.limits_enforced,
-            bind_mounts=info.bind_mounts,
-            images=info.images,
-            cgroup=info.cgroup,
-            runtime_detail=info.detail,
-            version=VERSION,
-            **registration_fields(self.devices, self.settings.numa_sysfs_root),
-            ts=time.time(),  # the kernels below, as of now (no await in between)
-            kernels=[
-                KernelReport(
-                    kernel_id=k.state.kernel_id,
-                    session_id=k.state.session_id,
-                    attempt=k.state.attempt,
-                )
-                for k in self.kernels.values()
-            ],
-        )
-
-    async def registration(self) -> tuple[NodeInfo, list[KernelEvent]]:
-        """What the worker registers with: :meth:`describe`, and the last events of the
-        attempts that ended here lately, for the gateway to apply again. The ends are
-        read after the kernels are listed: a kernel leaves :attr:`kernels` only after its
-        tombstone holds its end, so one that ends meanwhile (a kernel started again by
-        :meth:`recover` runs while the runtime is asked for its info) is in one or the
-        other, never in neither (the gateway would take it for lost)."""
-        info = await self.describe()
-        endings = []
-        for text in self.services.store.recent_endings(EventReporter.KEEP_S):
-            with contextlib.suppress(ValueError):
-                endings.append(KernelEvent.model_validate_json(text))
-        return info, endings
-
-    # -- recovery ---------------------------------------------------------------------
-    async def recover(self) -> None:
-        """Re-attach to the kernels the runtime still has (watched from
-        :meth:`watch_recovered` on, once the registration lists them), start again those
-        the worker was killed preparing (their container never existed: they never ran),
-        report the ones that vanished."""
-        store = self.services.store
-        saved = store.load_all()
-        for handle in await self.runtime.list_kernels():
-            kernel_id, attempt = parse_ref(handle.kernel_id)  # the runtime knows the ref
-            state = saved.pop(handle.kernel_id, None) or KernelState(
-                kernel_id, handle.session_id, self.node_id, phase="running", attempt=attempt
-            )
-            if not handle.started:  # created, never run: the worker died starting it
-                with contextlib.suppress(Exception):
-                    await self.runtime.remove(handle)
-                state.phase = "preparing"
-                saved[handle.kernel_id] = state  # started again below, as it never ran
-                continue
-            state.phase = "running"
-            run = KernelRun(self.services, state)
-            run.handle = handle
-            self.kernels[handle.kernel_id] = run
-            self._recovered.append(run)
-            log.info("re-attached to kernel %s", handle.kernel_id)
-        for state in saved.values():
-            if state.phase == "preparing" and state.job and not state.requested_stop:
-                store.delete(state.ref)  # no tombstone text: start() must not skip it
-                store.forget(state.ref)
-                self.start(StartKernel.model_validate(state.job))
-                log.info("starting kernel %s again (the worker was killed preparing it)",
-                         state.ref)  # fmt: skip
-                continue
-            run = KernelRun(self.services, state)
-            if state.phase == "running":
-                run.end("lost", message="its container disappeared while the worker was down")
-            elif state.requested_stop:
-                run.end("not_started", message="stopped before it started")
-            else:
-                run.end("start_failed", message="the worker restarted while preparing it")
-            run._release_working_dir()
-
-    def watch_recovered(self) -> None:
-        for run in self._recovered:
-            self._spawn(self._watch(run))
-        self._recovered.clear()
-
-    async def sweep_networks(self) -> None:
-        """Remove the session networks no container here uses any more (a worker killed
-        while a cluster session ran leaves its network behind)."""
-        if not isinstance(self.runtime, NetworkRuntime):
-            return
-        live = {cluster_network(k.state.session_id) for k in self.kernels.values()}
-        try:
-            for name in await self.runtime.list_networks():
-                if name not in live:
-                    await self.runtime.remove_network(name)
-                    log.info("removed network %s: no container of its session is here", name)
-        except RuntimeFailure as exc:
-            log.warning("sweeping session networks: %s", exc)
-
-    async def _watch(self, run: KernelRun) -> None:
-        try:
-            await run.watch()
-        finally:
-            self.kernels.pop(run.state.ref, None)
-            workdirs = self.services.workdirs
-            if workdirs is not None and (workdirs.root / "cluster" / run.state.ref).exists():
-                await self._cluster_done(run.state.session_id, run.state.ref)
-
-    # -- control jobs -----------------------------------------------------------------
-    def start(self, job: StartKernel) -> None:
-        ref = attempt_ref(job.kernel_id, job.attempt)
-        if ref in self.kernels or self.services.store.is_done(ref):
-            return  # a repeated job: already running, or it ran here and ended
-        state = KernelState(
-            job.kernel_id,
-            job.session_id,
-            self.node_id,
-            devices=job.devices,
-            cpuset=job.cpuset,
-            attempt=job.attempt,
-            job=job.model_dump(mode="json"),
-        )
-        run = KernelRun(self.services, state)
-        self.kernels[ref] = run
-        self._spawn(self._launch(run, job))
-
-    async def _launch(self, run: KernelRun, job: StartKernel) -> None:
-        try:
-            try:
-                spec = self.spec(job)
-            except ReservationError as exc:
-                run.refuse(f"cannot reserve its devices: {exc}")
-                return
-            await run.launch(spec, functools.partial(self._refine, job))
-        finally:
-            ref = attempt_ref(job.kernel_id, job.attempt)
-            self.kernels.pop(ref, None)
-            if job.cluster is not None:
-                await self._cluster_done(job.session_id, ref)
-
-    def spec(self, job: StartKernel) -> KernelSpec:
-        env = dict(job.env)
-        if job.cluster is not None:
-            for name, value in cluster_env(job.cluster, job.session_id, job.kernel_id).items():
-                env.setdefault(name, value)
-        env.setdefault("JOBGATE_SESSION_ID", job.session_id)
-        env.setdefault("JOBGATE_KERNEL_ID", job.kernel_id)
-        env.setdefault("JOBGATE_ATTEMPT", str(job.attempt))
-        return KernelSpec(
-            kernel_id=attempt_ref(job.kernel_id, job.attempt),  # names the container
-            session_id=job.session_id,
-            node_id=self.node_id,
-            command=list(job.command),
-            image=job.image,
-            env=env,
-            workdir=job.workdir,
-            resources=ResourceSlots.from_json(job.resources),
-            mounts=[Mount(m.source, m.target, m.read_only) for m in job.mounts],
-            reservation=self._reserve(job),
-            cpuset=job.cpuset,
-        )
-
-    async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
-        """After the image is here: the working directory, the folders, the apps, the cluster."""
-        spec = self._folders(job, await self._working_dir(job, spec))
-        spec, apps = await self._with_apps(job, spec)
-        return await self._cluster(job, spec), apps
-
-    async def _cluster(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
-        """A cluster session's container: its files, and its session's network first."""
-        cluster = job.cluster
-        if cluster is None or self.runtime.name == "sim":
-            return spec
-        config_dir = None
-        if self.services.workdirs is not None and cluster.ssh_seed:
-            config_dir = self.services.workdirs.root / "cluster" / spec.kernel_id
-            await asyncio.to_thread(write_config, config_dir, cluster, job.session_id)
-        net = cluster_net(cluster, job.session_id, config_dir)
-        if net.network is not None and isinstance(self.runtime, NetworkRuntime):
-            async with self._network_lock(job.session_id):
-                await self.runtime.create_network(net.network)
-        return dataclasses.replace(spec, cluster=net)
-
-    def _network_lock(self, session_id: str) -> asyncio.Lock:
-        lock = self.network_locks.get(session_id)
-        if lock is None:
-            lock = self.network_locks[session_id] = asyncio.Lock()
-        return lock
-
-    async def _cluster_done(self, session_id: str, ref: str) -> None:
-        """After a cluster container is gone: its files; the network after the last one."""
-        if self.services.workdirs is not None:
-            await asyncio.to_thread(remove_config, self.services.workdirs.root / "cluster" / ref)
-        if not isinstance(self.runtime, NetworkRuntime):
-            return
-        if any(k.state.session_id == session_id for k in self.kernels.values()):
-            return  # another container of the session still runs here
-        async with self._network_lock(session_id):
-            try:
-                await self.runtime.remove_network(cluster_network(session_id))
-            except RuntimeFailure as exc:
-                log.warning("removing the network of session %s: %s", session_id, exc)
-        self.network_locks.pop(session_id, None)
-
-    def _folders(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
-        """The session's data folders, bind-mounted (every kernel of it gets the same)."""
-        if not job.folders or self.runtime.name == "sim":
-            return spec
-        can_mount = self.runtime_info.bind_mounts if self.runtime_info else True
-        root = self.settings.effective_folders_root
-        mounts = folder_mounts(list(job.folders), root, can_mount=can_mount)
-        mounted = [f for f in job.folders if any(m.target == f.target for m in mounts)]
-        env = folder_env(mounted) | spec.env  # the session's own settings win
-        return dataclasses.replace(spec, folders=mounts, env=env)
-
-    async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
-        """The kernel's own copy of the session's working tree (sim nodes ignore it)."""
-        workdirs = self.services.workdirs
-        if job.working_dir is None or workdirs is None or self.runtime.name == "sim":
-            return spec
-        path = await workdirs.checkout(job.working_dir, attempt_ref(job.kernel_id, job.attempt))
-        return dataclasses.replace(spec, working_dir=path)
-
-    async def _with_apps(
-        self, job: StartKernel, spec: KernelSpec
-    ) -> tuple[KernelSpec, list[WireApp]]:
-        """An interactive session's apps: the registry's, else the image's label; an
-        inference replica's one app (its server port)."""
-        if job.session_type not in ("interactive", "inference"):
-            return spec, []
-        if job.apps:
-            apps = [App(a.name, a.port, a.protocol, a.start, a.strip_prefix) for a in job.apps]
-        elif spec.image:
-            apps = apps_from_labels(await self.runtime.image_labels(spec.image))
-        else:
-            apps = []
-        if not apps:
-            return spec, []
-        command = spec.command or start_command(job.session_id, apps) or []
-        spec = dataclasses.replace(
-            spec, command=command, ports=[*spec.ports, *(service_port(a) for a in apps)]
-        )
-        wire = [
-            WireApp(
-                name=a.name,
-                port=a.port,
-                protocol=a.protocol,
-                start=a.start,
-                strip_prefix=a.strip_prefix,
-            )
-            for a in apps
-        ]
-        return spec, wire
-
-    def _reserve(self, job: StartKernel) -> Reservation:
-        if not job.devices:
-            return Reservation()
-        if self.accelerators is None:
-            raise ReservationError("this node has no accelerator plugins")
-        return self.accelerators.reserve(job.devices)
-
-    def find(self, kernel_id: str, attempt: int | None) -> KernelRun | None:
-        """The run of that attempt of the kernel (any attempt when None)."""
-        if attempt is not None:
-            return self.kernels.get(attempt_ref(kernel_id, attempt))
-        return next((r for r in self.kernels.values() if r.state.kernel_id == kernel_id), None)
-
-    async def commit(self, job: CommitKernel) -> None:
-        """Commit the kernel's container to ``job.image`` and push it; report the result."""
-        run = self.find(job.kernel_id, None)
-        ok, detail, digest = False, "its container does not run on this node", ""
-        if run is not None and run.handle is not None:
-            try:
-                digest = await self.runtime.commit(run.handle, job.image)
-                ok, detail = True, ""
-            except RuntimeFailure as exc:
-                detail = str(exc)
-        reported = ImageCommitted(
-            image=job.image, session_id=job.session_id, ok=ok, detail=detail, digest=digest
-        )
-        self.services.reporter.report(reported)
-
-    async def stop(self, job: StopKernel) -> None:
-        run = self.find(job.kernel_id, job.attempt)
-        if run is None:
-            ref = attempt_ref(job.kernel_id, job.attempt or 1)
-            if self.services.store.is_done(ref):
-                return  # it ran here and its end was reported: nothing to stop, nothing to say
-            # never started here: a start job still in the queue must not run it later
-            state = KernelState(
-                job.kernel_id, job.session_id, self.node_id, attempt=job.attempt or 1
-            )
-            KernelRun(self.services, state).end("not_started", message="stopped before it started")
-            return
-        self._spawn(run.stop(job.grace))
-
-    async def stop_all(self, grace: float) -> None:
-        runs = list(self.kernels.values())
-        for run in runs:
-            self._spawn(run.stop(grace))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*(r.done.wait() for r in runs)), grace + 15.0)
-        if self.tasks:  # their clean-up after the exit (a cluster session's network ...)
-            await asyncio.wait(set(self.tasks), timeout=10.0)
-
-    def heartbeat(self) -> str:
-        info = self.runtime_info
-        return Heartbeat(
-            node_id=self.node_id,
-            ts=time.time(),
-            kernels=sorted({r.state.kernel_id for r in self.kernels.values()}),
-            limits_enforced=info.limits_enforced if info else False,
-            stats=self.stats,
-        ).model_dump_json()
 
 
 class Agent:
@@ -457,16 +71,30 @@ class Agent:
         pool = await queueing.connect(s.redis_url)
         reporter = metrics.reporter(pool)
         reporter.start()
-        logs = metrics.log_client(s.gateway_url, s.node_token.get_secret_value())
-        queue = await self._build_nodes(reporter, logs)
-        for node in self.nodes.values():
-            await node.recover()
-            await node.sweep_networks()
-            # one batch: the gateway reads the kernels it lists and the ends it carries
-            # together, so a kernel that ended while no worker ran is never taken for lost
-            reporter.register(*await node.registration())
-            node.watch_recovered()
+        logs = metrics.log_client(s.gateway_url, "")  # each node presents its own credential
+        try:
+            queue = await self._build_nodes(reporter, logs)
+        except BaseException:
+            await logs.close()
+            await reporter.close()
+            await pool.aclose()
+            await metrics.close()
+            raise
+        await self._keeper()
+        # beating before registering: a registration Redis loses (a flush) is then seen
+        # by the next beat (its key gone) and sent again with the replay
         beat = asyncio.create_task(self._heartbeats(pool, reporter))
+        try:
+            for node in self.nodes.values():
+                await node.recover()
+                await node.sweep_networks()
+                # one batch: the gateway reads the kernels it lists and the ends it carries
+                # together, so a kernel that ended while no worker ran is never taken for lost
+                reporter.register(*await node.registration())
+                node.watch_recovered()
+        except BaseException:
+            beat.cancel()
+            raise
         worker = self._worker(queue)
         consume = asyncio.create_task(queueing.run(worker))
         log.info("worker %s ready: %d node(s) on %s", s.node_id, len(self.nodes), queue)
@@ -479,8 +107,10 @@ class Agent:
             await metrics.close()
             if s.stop_kernels_on_exit:
                 for node in self.nodes.values():
-                    await node.stop_all(s.stop_grace_s)
+                    await node.stop_all(s.stop_grace_s, s.stop_kernels_reason or None)
             await reporter.flush(timeout=10.0)
+            if s.sim_nodes <= 0 and not any(n.kernels for n in self.nodes.values()):
+                stop_keeper(s.state_dir.resolve())  # nothing left here to keep alive
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
             await reporter.close()
@@ -496,6 +126,22 @@ class Agent:
                 accelerators.close()
             await pool.aclose()
 
+    async def _keeper(self) -> None:
+        """The node's keeper (workers/keeper.py): its liveness outlives this process, so a
+        restart of the worker is not taken for the node's loss. A sim host has none: its
+        kernels die with it."""
+        s = self.settings
+        if s.sim_nodes > 0:
+            return
+        await start_keeper(
+            s.state_dir.resolve(),
+            s.node_id,
+            s.redis_url,
+            interval_s=s.heartbeat_interval_s,
+            ttl_s=s.heartbeat_ttl_s,
+            max_disconnect_s=s.node_max_disconnect_s,
+        )
+
     async def _build_nodes(self, reporter: EventReporter, logs: LogClient) -> str:
         s = self.settings
         capacity = host_capacity(s.worker_cpu, s.worker_mem)
@@ -510,12 +156,21 @@ class Agent:
             ids = [s.node_id]
             runtime_name = s.worker_runtime
             store_dir = s.state_dir / "kernels"
+        # each node's own credential: saved, else joined for with the join token (a sim
+        # host's nodes 16 at a time)
+        gate = asyncio.Semaphore(16)
+
+        async def credential(node_id: str) -> str:
+            async with gate:
+                return await node_credential(logs.http, s.data_dir, node_id, s.effective_join_token)
+
+        credentials = dict(zip(ids, await asyncio.gather(*map(credential, ids)), strict=True))
         # working directories: one cache per worker process (sim hosts have none)
         workdirs = None
         if s.sim_nodes <= 0:
             workdirs = WorkdirCache(
                 workdir_root(s.workdir_root, s.state_dir, runtime_name, s.instance_id),
-                BlobClient(s.gateway_url, s.node_token.get_secret_value()),
+                BlobClient(s.gateway_url, credentials[s.node_id]),
                 s.workdir_cache_bytes,
             )
         self.workdirs = workdirs
@@ -523,7 +178,12 @@ class Agent:
             context = RuntimeContext(node_id=node_id, state_dir=s.state_dir, instance=s.instance_id)
             runtime = build_runtime(runtime_name, context)
             services = NodeServices(
-                node_id, runtime, reporter, logs, StateStore(store_dir), workdirs
+                node_id,
+                runtime,
+                reporter,
+                logs.as_node(credentials[node_id]),
+                StateStore(store_dir),
+                workdirs,
             )
             self.nodes[node_id] = NodeAgent(
                 node_id, queue, runtime, services, s, capacity, accelerators

@@ -25,6 +25,10 @@ class WorkerSettings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     gateway_url: str = "http://127.0.0.1:8420"
+    #: what the worker presents once per node to join and get the node's own credential
+    #: (kept in DATA_DIR/worker/{node}/node-credential; workers/credential.py)
+    join_token: SecretStr = SecretStr("")
+    #: deprecated: the old shared node token, taken as the join token when unset
     node_token: SecretStr = SecretStr("")
     data_dir: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("jobgate")))
 
@@ -47,8 +51,15 @@ class WorkerSettings(BaseSettings):
     #: key expired and its ``node_lost_after_s`` passed (docs/node-loss.md)
     heartbeat_interval_s: float = 2.0
     heartbeat_ttl_s: float = 6.0
+    #: the node's keeper (workers/keeper.py) keeps it alive while its worker restarts,
+    #: and gives up once the worker was silent this long (the gateway's setting of the
+    #: same name declares the node lost then)
+    node_max_disconnect_s: float = Field(default=300.0, gt=0)
     #: on SIGTERM/SIGINT stop the node's sessions too (jobgate up); else leave them running
     stop_kernels_on_exit: bool = False
+    #: the reason those sessions end with (``jobgate up`` says "jobgate up stopped");
+    #: empty: the runtime's own ("stopped on request (SIGTERM)")
+    stop_kernels_reason: str = ""
     stop_grace_s: float = 10.0
     max_concurrent_starts: int = 32
     #: serve Prometheus metrics on this port (workers/metrics.py); unset: not served
@@ -93,6 +104,10 @@ class WorkerSettings(BaseSettings):
     @property
     def effective_folders_root(self) -> Path:
         return self.folders_root or self.data_dir / "storage" / "folders"
+
+    @property
+    def effective_join_token(self) -> str:
+        return self.join_token.get_secret_value() or self.node_token.get_secret_value()
 
     @property
     def state_dir(self) -> Path:

@@ -66,6 +66,8 @@ class KernelRun:
         self.handle: KernelHandle | None = None
         self.apps: list[WireApp] = []
         self.cancelled = False
+        #: why the worker stopped it, in place of the runtime's words (see :meth:`stop`)
+        self.stop_reason: str | None = None
         self.done = asyncio.Event()
         self._last_progress = 0.0
         self._offsets_saved = 0.0
@@ -170,8 +172,9 @@ class KernelRun:
             "exited",
             exit_code=status.exit_code,
             oom_killed=status.oom_killed,
-            message=status.reason,
+            message=self.stop_reason or status.reason,
             requested_stop=self.state.requested_stop,
+            ended_at=status.ended_at,
         )
         with contextlib.suppress(Exception):
             await self.node.runtime.remove(self.handle)
@@ -194,8 +197,10 @@ class KernelRun:
             self.node.store.save(self.state)
 
     # -- stop -------------------------------------------------------------------------
-    async def stop(self, grace: float) -> None:
+    async def stop(self, grace: float, reason: str | None = None) -> None:
+        """Stop it; *reason*, if given, is the reason its exit reports."""
         self.state.requested_stop = True
+        self.stop_reason = reason
         self.node.store.save(self.state)
         if self.handle is None:
             self.cancelled = True

@@ -48,8 +48,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from contract.messages import EventBatch, ImageCommitted, KernelEvent, NodeInfo
-from contract.metrics_http import MetricsListener
 from plugins.runtimes.base import LogChunk
+from plumbing.metrics_http import MetricsListener
 from workers.reporter import EventReporter, Report
 from workers.shipper import LogClient
 
@@ -106,7 +106,7 @@ class RunView(Protocol):
 
 
 class NodeView(Protocol):
-    """What the collector reads of a :class:`workers.agent.NodeAgent`."""
+    """What the collector reads of a :class:`workers.node.NodeAgent`."""
 
     @property
     def kernels(self) -> Mapping[str, RunView]: ...
@@ -219,8 +219,8 @@ class WorkerMetrics:
     def reporter(self, pool: ArqRedis) -> EventReporter:
         return MeteredReporter(pool, self)
 
-    def log_client(self, gateway_url: str, node_token: str) -> LogClient:
-        return MeteredLogClient(gateway_url, node_token, self)
+    def log_client(self, gateway_url: str, credential: str) -> LogClient:
+        return MeteredLogClient(gateway_url, credential, self)
 
     def render(self) -> bytes:
         """The exposition text, as a scrape gets it."""
@@ -258,8 +258,8 @@ class MeteredReporter(EventReporter):
 class MeteredLogClient(LogClient):
     """A :class:`LogClient` that counts the bytes of every upload the gateway took."""
 
-    def __init__(self, gateway_url: str, node_token: str, metrics: WorkerMetrics) -> None:
-        super().__init__(gateway_url, node_token)
+    def __init__(self, gateway_url: str, credential: str, metrics: WorkerMetrics) -> None:
+        super().__init__(gateway_url, credential)
         self.metrics = metrics
 
     async def upload(

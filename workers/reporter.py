@@ -9,7 +9,8 @@ Redis may also lose what it was given (a restart, a FLUSHALL, a failover) before
 gateway consumed it: a lost "exited" would leave its session RUNNING for ever. So the
 reporter remembers the latest event of each kernel attempt for a while, and
 :meth:`replay` sends them again when the agent sees that Redis lost its keys (its
-heartbeat key vanished). The gateway handles a repeated event as a no-op.
+heartbeat key vanished), the node's registration batch first. The gateway handles a
+repeated event or registration as a no-op.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class EventReporter:
         self.linger_s = linger_s
         self.max_batch = max_batch
         self._latest: OrderedDict[tuple[str, int | None], tuple[float, KernelEvent]] = OrderedDict()
+        #: each node's registration batch, for a replay (Redis may lose it too)
+        self._registrations: dict[str, tuple[float, EventBatch]] = {}
         self._events: asyncio.Queue[Report] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -62,7 +65,9 @@ class EventReporter:
         """A registration and the events that go with it, in one batch. The events are
         remembered too: if Redis loses the batch, :meth:`replay` sends them again."""
         self._idle.clear()
-        self._events.put_nowait(EventBatch(node=info, events=events))
+        batch = EventBatch(node=info, events=events)
+        self._events.put_nowait(batch)
+        self._registrations[info.node_id] = (time.monotonic(), batch)
         for event in sorted(events, key=lambda e: e.ts):
             self._remember(event)
 
@@ -78,13 +83,20 @@ class EventReporter:
             self._latest.popitem(last=False)
 
     def replay(self) -> int:
-        """Send the latest event of every kernel attempt of the last minutes again."""
-        events = [event for _, event in self._latest.values()]
-        if events:
+        """Send the registrations and the latest event of every kernel attempt of the
+        last minutes again. A registration goes again as it was (its kernel list as of
+        its ``ts``): the gateway judges only kernels it last saw change before then, and
+        stops only what is not live here, so handling it twice changes nothing."""
+        cutoff = time.monotonic() - self.KEEP_S
+        batches = [b for at, b in self._registrations.values() if at >= cutoff]
+        carried = {id(e) for b in batches for e in b.events}  # they go with their batch
+        events = [e for _, e in self._latest.values() if id(e) not in carried]
+        if batches or events:
             self._idle.clear()
-            for event in events:
-                self._events.put_nowait(event)
-        return len(events)
+            items: list[Report] = [*batches, *events]
+            for item in items:
+                self._events.put_nowait(item)
+        return len(batches) + len(events)
 
     async def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything reported so far is in Redis (False on timeout)."""

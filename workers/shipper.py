@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import logging
 from collections.abc import Callable
 
@@ -25,15 +26,22 @@ MAX_REQUEST_BYTES = 1024 * 1024
 
 
 class LogClient:
-    """The gateway's internal log endpoint, with the node token."""
+    """The gateway's internal log endpoint, with a node's own credential. One HTTP
+    client per process; :meth:`as_node` gives each node of a sim host its credential."""
 
-    def __init__(self, gateway_url: str, node_token: str) -> None:
+    def __init__(self, gateway_url: str, credential: str) -> None:
         self.http = httpx.AsyncClient(
             base_url=gateway_url,
-            headers={"Authorization": f"Bearer {node_token}"},
             timeout=httpx.Timeout(30.0, connect=5.0),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )
+        self.auth = {"Authorization": f"Bearer {credential}"}
+
+    def as_node(self, credential: str) -> LogClient:
+        """This client (same connections), presenting another node's credential."""
+        view = copy.copy(self)
+        view.auth = {"Authorization": f"Bearer {credential}"}
+        return view
 
     async def upload(
         self, kernel_id: str, session_id: str, chunks: list[LogChunk], attempt: int | None = None
@@ -51,9 +59,9 @@ class LogClient:
         response = await self.http.post(
             f"/v1/internal/kernels/{kernel_id}/logs",
             content=body.model_dump_json(),
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json"} | self.auth,
         )
-        if response.status_code == 404:  # or that attempt of it (moved elsewhere)
+        if response.status_code == 404:  # (or an attempt of it the gateway never placed)
             raise LookupError(f"the gateway does not know kernel {kernel_id}")
         response.raise_for_status()
         return LogOffsets.model_validate_json(response.content).offsets

@@ -48,12 +48,12 @@ class UnsafeArchive(RuntimeFailure):
 
 
 class BlobClient:
-    """Downloads blobs from the gateway with the node token."""
+    """Downloads blobs from the gateway with the node's own credential."""
 
-    def __init__(self, gateway_url: str, node_token: str) -> None:
+    def __init__(self, gateway_url: str, credential: str) -> None:
         self.http = httpx.AsyncClient(
             base_url=gateway_url,
-            headers={"Authorization": f"Bearer {node_token}"},
+            headers={"Authorization": f"Bearer {credential}"},
             timeout=httpx.Timeout(60.0, connect=5.0),
         )
         self.downloads = 0

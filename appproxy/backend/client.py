@@ -8,10 +8,11 @@ Chosen by measurement (2 cores, uvloop, small GETs to a local app, CPU per reque
 aiohttp's client took ~160 us, a bare httptools protocol ~25 us - on a request path
 whose whole cost, uvicorn included, is now ~150 us (docs/appproxy.md). This module
 keeps to what a reverse proxy needs: no redirects, no cookies, no decompression, bytes
-in and bytes out. Framing follows RFC 9112: Content-Length or chunked bodies, or a body
-that ends when the app closes; HEAD answers never have one; 1xx answers are skipped. A
-request that found its pooled connection closed by the app is retried once on a fresh
-one when it is safe to (no body, idempotent method).
+in and bytes out. Parsing, framing (RFC 9112), keep-alive, the pool's bookkeeping and
+the stale-connection retry rule are the core's (``http1.py``, shared with the fast
+lane); this module is the driver that turns its callbacks into futures: a request that
+found its pooled connection closed by the app is retried once on a fresh one when it is
+safe to (no body, idempotent method), and a status of 600-999 is no answer (502).
 """
 
 from __future__ import annotations
@@ -19,28 +20,21 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Final, TypeVar, cast
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Callable
+from typing import Final, TypeVar
 
-import httptools
-
+from appproxy.backend.http1 import Http1Connection, IdlePool, Origin, request_head, stale_retry
 from appproxy.backend.timers import CoarseTimers
 
 __all__ = [
     "ConnectionPool",
-    "Origin",
     "Response",
     "UpstreamBroken",
     "UpstreamTimeout",
     "UpstreamUnavailable",
-    "request_head",
 ]
 
 _HIGH_WATER: Final = 1024 * 1024  # stop reading from the app above this much unsent body
-_RETRYABLE: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE"})
 
 
 class UpstreamUnavailable(Exception):
@@ -63,92 +57,32 @@ class UpstreamBroken(Exception):
     """The app broke off in the middle of a response body."""
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
-    scheme: str
-    host: str
-    port: int
-
-    @staticmethod
-    @lru_cache(maxsize=4096)
-    def parse(url: str) -> Origin:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) origin: {url!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return Origin(parts.scheme, parts.hostname, port)
-
-
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)
 
 
-def request_head(method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
-    """An HTTP/1.1 request head, headers as given; ValueError for a target that would
-    break the request line.
-
-    >>> request_head(b"GET", b"/a?b=1", [(b"host", b"app")])
-    b'GET /a?b=1 HTTP/1.1\\r\\nhost: app\\r\\n\\r\\n'
-    """
-    if b"\r" in target or b"\n" in target or b" " in target:
-        raise ValueError("a request target cannot hold spaces or line breaks")
-    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
-    for name, value in headers:
-        lines += (name, b": ", value, b"\r\n")
-    lines.append(b"\r\n")
-    return b"".join(lines)
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; one exchange at a time."""
+class _Connection(Http1Connection):
+    """The shared core's connection, its own sink: the answer's parts wait here for the
+    coroutine that reads them (one exchange at a time)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timers: CoarseTimers) -> None:
+        super().__init__()
         self.loop = loop
         self.timers = timers
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.closed = False
-        self.idle_since = 0.0
         self._can_write: asyncio.Future[None] | None = None
         self.start_exchange(head_request=False)
 
     def start_exchange(self, *, head_request: bool) -> None:
-        self.head_request = head_request
+        self.begin(self, head_request=head_request)
         self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.head_done = False
-        self.complete = False
-        self.until_close = False  # the body ends when the app closes the connection
         self.keep_alive = False
         self.chunks: deque[bytes] = deque()
         self.buffered = 0
         self.reading_paused = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.received_any = False
-
-    # -- asyncio.Protocol -----------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-
-    def data_received(self, data: bytes) -> None:
-        self.received_any = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.fail(UpstreamBroken(f"the app's answer is not valid HTTP: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.head_done and self.until_close and not self.complete:
-            self.on_message_complete()  # the close is the end of this body
-        elif not self.complete:
-            self.fail(ConnectionResetError("the app closed the connection"))
-        self._wake_writer()
-
-    def pause_writing(self) -> None:
-        self._can_write = self.loop.create_future()
-
-    def resume_writing(self) -> None:
+        super().connection_lost(exc)
         self._wake_writer()
 
     def _wake_writer(self) -> None:
@@ -156,40 +90,32 @@ class _Connection(asyncio.Protocol):
             self._can_write.set_result(None)
         self._can_write = None
 
-    # -- httptools callbacks ------------------------------------------------------------------
-    def on_header(self, name: bytes, value: bytes | None) -> None:
-        self.headers.append((name, value or b""))
-
-    def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if 100 <= status < 200:
-            return  # informational (103 Early Hints...): the real answer follows
-        self.status = status
-        self.keep_alive = self.parser.should_keep_alive()
-        self.head_done = True
-        if self.head_request:
-            self.keep_alive = False  # the parser would wait for a body: use it no more
-            self.on_message_complete()
-            return
-        if status not in (204, 304):
-            names = {name.lower() for name, _ in self.headers}
-            self.until_close = b"content-length" not in names and b"transfer-encoding" not in names
+    # -- the sink: what the core reports --------------------------------------------------------
+    def upstream_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self._wake()
 
-    def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
-        self.buffered += len(body)
+    def upstream_body(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.buffered += len(data)
         if self.buffered > _HIGH_WATER and not self.reading_paused and self.transport is not None:
             self.transport.pause_reading()
             self.reading_paused = True
         self._wake()
 
-    def on_message_complete(self) -> None:
-        if not self.head_done:  # the end of an informational answer
-            self.headers = []
-            return
-        self.complete = True
+    def upstream_flush(self) -> None:
+        pass
+
+    def upstream_done(self) -> None:
         self._wake()
+
+    def upstream_lost(self, reason: str) -> None:
+        self.fail(UpstreamBroken(reason))
+
+    def upstream_paused(self, paused: bool) -> None:
+        if paused:
+            self._can_write = self.loop.create_future()
+        else:
+            self._wake_writer()
 
     # -- the exchange -----------------------------------------------------------------------------
     def _wake(self) -> None:
@@ -202,11 +128,6 @@ class _Connection(asyncio.Protocol):
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(exc)
         self.close()
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
 
     async def wait(self, timeout: float | None) -> None:
         """Until something new arrives (head, a chunk, the end) or the exchange fails."""
@@ -297,7 +218,7 @@ class Response:
         self._conn.close()
 
 
-class ConnectionPool:
+class ConnectionPool(IdlePool[Origin, _Connection]):
     """Keep-alive connections per origin; connect and read timeouts in seconds."""
 
     def __init__(
@@ -308,11 +229,9 @@ class ConnectionPool:
         max_idle_per_origin: int = 256,
         idle_timeout: float = 30.0,
     ) -> None:
+        super().__init__(max_idle_per_origin=max_idle_per_origin, idle_timeout=idle_timeout)
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self._max_idle = max_idle_per_origin
-        self._idle_timeout = idle_timeout
-        self._idle: dict[Origin, list[_Connection]] = {}
         self._tls = ssl.create_default_context()
         self._timers = CoarseTimers(resolution=0.1)
 
@@ -338,7 +257,10 @@ class ConnectionPool:
         try:
             return await self._exchange(origin, conn, method, head, body, chunked)
         except (ConnectionResetError, BrokenPipeError, UpstreamBroken):
-            if not (reused and body is None and method in _RETRYABLE and not conn.received_any):
+            retry = stale_retry(
+                method, reused=reused, received_any=conn.received_any, has_body=body is not None
+            )
+            if not retry:
                 raise UpstreamUnavailable("the app closed the connection") from None
         conn, _ = await self._acquire(origin, fresh=True)  # the pooled one had gone stale
         try:
@@ -371,13 +293,9 @@ class ConnectionPool:
         return Response(self, origin, conn, sender)
 
     async def _acquire(self, origin: Origin, *, fresh: bool = False) -> tuple[_Connection, bool]:
-        idle = self._idle.get(origin)
-        now = asyncio.get_running_loop().time()
-        while idle and not fresh:
-            conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < self._idle_timeout:
-                return conn, True
-            conn.close()
+        conn = None if fresh else self.take(origin)
+        if conn is not None:
+            return conn, True
         loop = asyncio.get_running_loop()
         return await self.connect(origin, lambda: _Connection(loop, self._timers)), False
 
@@ -403,20 +321,9 @@ class ConnectionPool:
             ) from exc
         return conn
 
-    def put_back(self, origin: Origin, conn: _Connection) -> None:
-        idle = self._idle.setdefault(origin, [])
-        if len(idle) >= self._max_idle:
-            conn.close()
-            return
-        conn.idle_since = asyncio.get_running_loop().time()
-        idle.append(conn)
-
     def close(self) -> None:
         self._timers.close()
-        for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
-        self._idle.clear()
+        super().close()
 
 
 async def _send_body(conn: _Connection, body: AsyncIterator[bytes], chunked: bool) -> None:

@@ -6,7 +6,9 @@ own credentials (its cookie, through ``cookie_filter``; a jobgate Bearer key), a
 ``X-Forwarded-*`` it did not vouch for, and ``Expect`` (the client has been answered
 already); then it states where the request came from with
 ``X-Forwarded-For/-Proto/-Host/-Prefix`` and sends the public ``Host`` (code-server
-compares it with the browser's ``Origin``).
+compares it with the browser's ``Origin``). A :class:`Credential` is what the proxy
+presents to the app: headers and a cookie that replace whatever the client sent by those
+names, so a user can never choose what the app is shown.
 
     >>> response_headers([(b"Connection", b"close, X-Trace"), (b"X-Trace", b"1"),
     ...                   (b"Content-Type", b"text/plain")])
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["HOP_BY_HOP", "Forwarding", "request_headers", "response_headers"]
+__all__ = ["HOP_BY_HOP", "Credential", "Forwarding", "request_headers", "response_headers"]
 
 HOP_BY_HOP: Final = frozenset(
     {
@@ -58,6 +60,44 @@ class Forwarding:
     prefix: str  # "/s/{session}/{app}", "" in subdomain mode
 
 
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """Headers (lower-case names) and one cookie the app gets from the proxy alone."""
+
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    cookie: tuple[bytes, bytes] | None = None  # (name, value)
+
+    @property
+    def names(self) -> frozenset[bytes]:
+        return frozenset(n for n, _ in self.headers)
+
+    def present(self, out: list[tuple[bytes, bytes]]) -> None:
+        """Add the headers, and the cookie to the one ``Cookie`` header (RFC 6265 5.4)."""
+        out.extend(self.headers)
+        if self.cookie is None:
+            return
+        pair = self.cookie[0] + b"=" + self.cookie[1]
+        for i, (name, value) in enumerate(out):
+            if name == b"cookie":
+                out[i] = (name, value + b"; " + pair)
+                return
+        out.append((b"cookie", pair))
+
+
+def _cookie(
+    value: bytes,
+    cookie_filter: Callable[[bytes], bytes | None] | None,
+    credential: Credential | None,
+) -> bytes | None:
+    """One ``Cookie`` header as the app gets it (None: drop it)."""
+    kept: bytes | None = value if cookie_filter is None else cookie_filter(value)
+    if kept is None or credential is None or credential.cookie is None:
+        return kept
+    name = credential.cookie[0]
+    pairs = [p.strip() for p in kept.split(b";") if p.strip()]
+    return b"; ".join(p for p in pairs if p.partition(b"=")[0].strip() != name) or None
+
+
 def _tokens(value: bytes) -> set[bytes]:
     """The header names one ``Connection`` header lists, lower case."""
     return {t.strip().lower() for t in value.split(b",") if t.strip()}
@@ -69,25 +109,29 @@ def request_headers(
     *,
     hide_authorization: bool,
     cookie_filter: Callable[[bytes], bytes | None] | None = None,
+    credential: Credential | None = None,
 ) -> list[tuple[bytes, bytes]]:
     """The headers to send to the app (ASGI request header names are lower case).
 
     ``cookie_filter`` rewrites each ``Cookie`` header (None drops it): the frontend
     passes the function that removes its own cookie. A WebSocket handshake's
     ``Sec-WebSocket-*`` headers go through: the app answers the client's own handshake.
+    ``credential``: the client's headers of its names, and its cookie of that name, are
+    dropped and the credential's own sent instead.
     """
     out: list[tuple[bytes, bytes]] = []
     if forwarding.host:
         out.append((b"host", forwarding.host.encode("latin-1")))
     first = len(out)
     named: set[bytes] = set()
+    drop = _REQUEST_DROP if credential is None else _REQUEST_DROP | credential.names
     for name, value in headers:
-        if name in _REQUEST_DROP:
+        if name in drop:
             if name == b"connection":
                 named |= _tokens(value)
             continue
-        if name == b"cookie" and cookie_filter is not None:
-            kept = cookie_filter(value)
+        if name == b"cookie":
+            kept = _cookie(value, cookie_filter, credential)
             if kept is None:
                 continue
             value = kept
@@ -96,6 +140,8 @@ def request_headers(
         out.append((name, value))
     if named:  # rare: only the client's own headers can be named away
         out[first:] = [(n, v) for n, v in out[first:] if n not in named]
+    if credential is not None:
+        credential.present(out)
     out.append((b"x-forwarded-for", forwarding.client_chain.encode("latin-1")))
     out.append((b"x-forwarded-proto", forwarding.proto.encode("latin-1")))
     out.append((b"x-forwarded-host", forwarding.host.encode("latin-1")))

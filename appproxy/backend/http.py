@@ -20,13 +20,13 @@ from typing import Final
 from appproxy.asgi import Receive, Scope, Send
 from appproxy.backend.client import (
     ConnectionPool,
-    Origin,
     Response,
     UpstreamBroken,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
 from appproxy.backend.headers import response_headers
+from appproxy.backend.http1 import Origin
 from appproxy.backend.timers import CoarseTimers
 from appproxy.backend.upstream import Upstream
 from appproxy.pages import APP_NOT_ANSWERING, APP_TIMED_OUT, send_page

@@ -23,12 +23,11 @@ from typing import Final
 from appproxy.asgi import Receive, Scope, Send
 from appproxy.backend.client import (
     ConnectionPool,
-    Origin,
     UpstreamTimeout,
     UpstreamUnavailable,
-    request_head,
 )
 from appproxy.backend.headers import response_headers
+from appproxy.backend.http1 import Origin, request_head
 from appproxy.backend.tunnel import TUNNEL_EXTENSION, AppConnection, Tunnel
 from appproxy.backend.upstream import Upstream
 from appproxy.pages import APP_NOT_ANSWERING, APP_TIMED_OUT, Page, deny_websocket

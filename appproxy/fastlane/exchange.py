@@ -1,6 +1,6 @@
 """One fast-lane exchange: a client's request to a replica and the answer back, by callbacks.
 
-    FastLaneProtocol (client)                FastExchange               UpstreamConnection
+    FastLaneProtocol (client)                FastExchange               Http1Connection
       on_body ─────────── client_body ──▶ (buffered until connected) ──▶ transport.write
       on_message_complete ─ client_body_done
                                           ◀── upstream_head / _body / _done / _lost ──
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from appproxy.backend.headers import response_headers
-from appproxy.fastlane.upstream import UpstreamConnection
+from appproxy.backend.http1 import Http1Connection, stale_retry
 from appproxy.pages import (
     APP_NOT_ANSWERING,
     APP_TIMED_OUT,
@@ -45,8 +45,7 @@ from appproxy.pages import (
 )
 
 if TYPE_CHECKING:
-    from appproxy.fastlane.lane import FastLane
-    from appproxy.fastlane.protocol import FastLaneProtocol
+    from appproxy.fastlane.sides import ClientSide, LaneSide
     from appproxy.inference.balancer import Replica
     from appproxy.inference.store import Endpoint
 
@@ -55,9 +54,6 @@ __all__ = ["FastExchange"]
 log = logging.getLogger("appproxy.backend.http")
 
 _HIGH_WATER: Final = 1024 * 1024  # request body held while not yet connected
-#: retried once on a fresh connection when the pooled one had gone stale (as in
-#: backend/client.py; HEAD and TRACE never take the fast lane)
-_STALE_RETRYABLE: Final = frozenset({b"GET", b"OPTIONS"})
 _CHUNKED: Final = b"transfer-encoding: chunked\r\n"
 _CLOSE: Final = b"connection: close\r\n"
 _LAST_CHUNK: Final = b"0\r\n\r\n"
@@ -111,8 +107,8 @@ class FastExchange:
 
     def __init__(
         self,
-        lane: FastLane,
-        protocol: FastLaneProtocol,
+        lane: LaneSide,
+        protocol: ClientSide,
         endpoint: Endpoint,
         replica: Replica,
         *,
@@ -142,9 +138,9 @@ class FastExchange:
         self._body_done = not has_body
         self._has_body = has_body
         # the attempt in progress
-        self._conn: UpstreamConnection | None = None
+        self._conn: Http1Connection | None = None
         self._reused = False
-        self._connecting: asyncio.Task[UpstreamConnection] | None = None
+        self._connecting: asyncio.Task[Http1Connection] | None = None
         self._sent_at = 0.0
         # the answer
         self._answering = False  # the head has gone to the client
@@ -174,7 +170,7 @@ class FastExchange:
         task.add_done_callback(self._connected)
         self._connecting = task
 
-    def _connected(self, task: asyncio.Task[UpstreamConnection]) -> None:
+    def _connected(self, task: asyncio.Task[Http1Connection]) -> None:
         if task is not self._connecting:  # the client left; it was cancelled
             if not task.cancelled() and task.exception() is None:
                 task.result().close()
@@ -190,7 +186,7 @@ class FastExchange:
         except Exception as exc:
             self.fail(exc)
 
-    def _send_on(self, conn: UpstreamConnection, *, reused: bool) -> None:
+    def _send_on(self, conn: Http1Connection, *, reused: bool) -> None:
         self._conn = conn
         self._reused = reused
         self._reading_paused = False  # (a connection of its own: not paused)
@@ -285,7 +281,7 @@ class FastExchange:
             self._conn.detach()
         self._release()
 
-    # -- the replica's side (UpstreamConnection calls these) -------------------------------------
+    # -- the replica's side (Http1Connection calls these) -------------------------------------
     def upstream_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self._replica.responded(self._lane.loop.time() - self._sent_at, status)
         conn = self._conn
@@ -353,12 +349,11 @@ class FastExchange:
             self._break()
             return
         self._conn = None
-        if (
-            conn is not None
-            and self._reused
-            and not conn.received_any
-            and not self._has_body
-            and self._method in _STALE_RETRYABLE
+        if conn is not None and stale_retry(
+            self._method,
+            reused=self._reused,
+            received_any=conn.received_any,
+            has_body=self._has_body,
         ):
             self._connect()  # the pooled connection had gone stale: once on a fresh one
             return

@@ -24,98 +24,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
 import traceback
 from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 
-from appproxy.backend.client import request_head
-from appproxy.backend.headers import Forwarding, request_headers
+from appproxy.backend.headers import Forwarding
 from appproxy.backend.timers import CoarseTimers
 from appproxy.fastlane.exchange import FastExchange
+from appproxy.fastlane.head import ParsedHead
 from appproxy.fastlane.upstream import UpstreamPool
 from appproxy.frontend.addressing import endpoint_target
-from appproxy.frontend.cookies import strip_jobgate_cookies
 from appproxy.frontend.incoming import Incoming, TrustedNetworks
-from appproxy.frontend.inference import IDEMPOTENT_METHODS, admitted_at_once
+from appproxy.frontend.inference import IDEMPOTENT_METHODS
 
 if TYPE_CHECKING:
     from appproxy.fastlane.protocol import FastLaneProtocol
     from appproxy.inference.prober import ReadinessProber
     from appproxy.inference.store import EndpointStore
-    from contract.endpoints import EndpointRoute
 
-__all__ = ["FastLane", "ParsedHead"]
+__all__ = ["FastLane"]
 
 log = logging.getLogger(__name__)
 
 _METHODS: Final = frozenset({b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS"})
 _IDEMPOTENT: Final = frozenset(m.encode() for m in IDEMPOTENT_METHODS)
 _ENDPOINT_ROOT: Final = b"/e/"
-
-
-class ParsedHead:
-    """What one request head means for the lane (``name`` None: not for the lane)."""
-
-    __slots__ = (
-        "_forwarding",
-        "_heads",
-        "_hide",
-        "_route",
-        "_until",
-        "has_body",
-        "key",
-        "name",
-        "req",
-        "retry",
-        "target",
-    )
-
-    def __init__(self, key: tuple[Any, ...]) -> None:
-        self.key = key
-        self.name: str | None = None
-        self.req: Incoming | None = None
-        self.target = b""
-        self.has_body = False
-        self.retry = False
-        self._forwarding: Forwarding | None = None
-        self._heads: dict[bool, bytes | None] = {}
-        self._route: EndpointRoute | None = None
-        self._hide = False
-        self._until = 0.0
-
-    def admitted(self, route: EndpointRoute) -> bool | None:
-        """Whether to hide Authorization (the caller is admitted at once), or None."""
-        if route is self._route and (self._until == math.inf or time.time() < self._until):
-            return self._hide
-        assert self.req is not None
-        admitted = admitted_at_once(route, self.req)
-        if admitted is None:
-            self._route = None
-            return None
-        self._route = route
-        self._hide, self._until = admitted
-        return self._hide
-
-    def head(self, method: bytes, headers: list[tuple[bytes, bytes]], hide: bool) -> bytes | None:
-        """The request head for the replica (None: a target that cannot be sent)."""
-        if hide in self._heads:
-            return self._heads[hide]
-        assert self._forwarding is not None
-        upstream_headers = request_headers(
-            headers,
-            self._forwarding,
-            cookie_filter=strip_jobgate_cookies,
-            hide_authorization=hide,
-        )
-        try:
-            head: bytes | None = request_head(method, self.target, upstream_headers)
-        except ValueError:
-            head = None  # the ASGI path answers it (502, as for any unsendable target)
-        self._heads[hide] = head
-        return head
 
 
 class FastLane:
@@ -239,7 +173,7 @@ class FastLane:
         parsed.has_body, keyed = framing
         parsed.retry = keyed or method in _IDEMPOTENT
         parsed.target = (target.rest + (f"?{req.query}" if req.query else "")).encode("latin-1")
-        parsed._forwarding = Forwarding(req.host, req.scheme, req.forwarded_for, target.prefix)
+        parsed.forwarding = Forwarding(req.host, req.scheme, req.forwarded_for, target.prefix)
         return parsed
 
 

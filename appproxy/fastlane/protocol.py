@@ -19,16 +19,23 @@ report it as an invalid request (uvicorn's 400, written after whatever went out)
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from appproxy.backend.timers import CoarseTimers
 from appproxy.corked import CorkedHttpProtocol, CorkedTransport
 from appproxy.fastlane.exchange import FastExchange
 
 if TYPE_CHECKING:
-    from appproxy.fastlane.lane import FastLane, ParsedHead
+    from appproxy.fastlane.head import ParsedHead
 
-__all__ = ["FastLaneProtocol"]
+__all__ = ["FastLaneProtocol", "Lane"]
+
+
+class Lane(Protocol):
+    """The app's ``fast_lane`` (``lane.FastLane``), as this protocol calls it."""
+
+    def try_start(self, protocol: FastLaneProtocol) -> bool: ...
+    def declined(self, protocol: FastLaneProtocol, exc: Exception) -> None: ...
 
 
 class FastLaneProtocol(CorkedHttpProtocol):
@@ -51,7 +58,7 @@ class FastLaneProtocol(CorkedHttpProtocol):
         super().data_received(data)
 
     def on_headers_complete(self) -> None:
-        lane: FastLane | None = getattr(self.app, "fast_lane", None)
+        lane: Lane | None = getattr(self.app, "fast_lane", None)
         if lane is not None:
             try:
                 if lane.try_start(self):
@@ -60,7 +67,7 @@ class FastLaneProtocol(CorkedHttpProtocol):
                 lane.declined(self, exc)
         super().on_headers_complete()
 
-    def fast_done(self, exchange: FastExchange) -> None:
+    def fast_done(self, exchange: object) -> None:
         if self.fast is exchange:
             self.fast = None
 

@@ -7,6 +7,9 @@
 
 The result is a :class:`Principal` or the page explaining the refusal. Whether the
 principal may use the session is :func:`authorized`: its owner, or an administrator.
+An API key must also carry the ``sessions`` scope (:data:`OPEN_APPS`), or it is refused
+before anything is said about the session; a link (and the cookie it becomes) comes
+from the gateway, which asked that scope of the key that asked for it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from appproxy.frontend.users import GatewayUnavailable, UserDirectory
 from appproxy.pages import (
     FORBIDDEN,
     GATEWAY_UNAVAILABLE,
+    KEY_LACKS_SCOPE,
     LINK_EXPIRED,
     NOT_SIGNED_IN,
     Page,
@@ -43,7 +47,18 @@ from contract.tokens import (
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["Authenticator", "Exchange", "Outcome", "Principal", "authorized", "take_token"]
+__all__ = [
+    "OPEN_APPS",
+    "Authenticator",
+    "Exchange",
+    "Outcome",
+    "Principal",
+    "authorized",
+    "take_token",
+]
+
+#: the scope an API key needs to open a session's apps (as it needs to ask for a link)
+OPEN_APPS: Final = "sessions"
 
 _GRANT_CACHE_SIZE: Final = 10_000
 _TOKEN_PREFIX: Final = TOKEN_QUERY_PARAM + "="
@@ -55,6 +70,10 @@ _WRONG_LINK: Final = LINK_EXPIRED.with_detail(
 )
 _BAD_KEY: Final = NOT_SIGNED_IN.with_detail("jobgate does not know this API key.")
 _OTHER_SESSION: Final = FORBIDDEN.with_detail("This sign-in belongs to another session.")
+_NO_SESSIONS_SCOPE: Final = KEY_LACKS_SCOPE.with_detail(
+    f"This API key lacks the {OPEN_APPS!r} scope, which opening a session's apps needs. "
+    f"Use a key with it (jobgate keys create NAME --scope {OPEN_APPS})."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +187,8 @@ class Authenticator:
             return Outcome(refusal=GATEWAY_UNAVAILABLE)
         if user is None:
             return Outcome(refusal=_BAD_KEY)
+        if not user.allows(OPEN_APPS):  # nothing said about the session yet
+            return Outcome(refusal=_NO_SESSIONS_SCOPE)
         return Outcome(principal=Principal(user.id, user.admin, "bearer"))
 
     def _from_cookie(self, req: Incoming, target: Target) -> Outcome:

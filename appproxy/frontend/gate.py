@@ -2,6 +2,7 @@
 
     request ─▶ address (path or host) ─▶ authenticate ─▶ route (cache/Redis) ─▶ authorise
             ─▶ ended? 410 ─▶ app known? ─▶ token? burn it, 303 + cookie ─▶ forward (HTTP/WS)
+               with the session's app secret in the form the app checks (credentials.py)
 
 Checks run in that order so that nobody learns anything about a session before proving
 who they are: no credentials is 401 even for a session that does not exist.
@@ -13,13 +14,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from appproxy.asgi import ASGIApp, Receive, Scope, Send
-from appproxy.backend.headers import Forwarding, request_headers
+from appproxy.backend.headers import Credential, Forwarding, request_headers
 from appproxy.backend.http import HttpForwarder
 from appproxy.backend.upstream import Upstream
 from appproxy.backend.websocket import WebSocketForwarder
 from appproxy.frontend.addressing import AddSlash, Target, parse_host, parse_path
 from appproxy.frontend.auth import Authenticator, Outcome, authorized
 from appproxy.frontend.cookies import strip_jobgate_cookies
+from appproxy.frontend.credentials import session_credential
 from appproxy.frontend.incoming import Incoming, TrustedNetworks
 from appproxy.metrics import EndpointCounters
 from appproxy.pages import (
@@ -73,6 +75,7 @@ class SessionGate:
         trusted: TrustedNetworks,
         base_domain: str | None,
         internal: ASGIApp,
+        app_key: str = "",
     ) -> None:
         self._routes = routes
         self._auth = auth
@@ -82,6 +85,7 @@ class SessionGate:
         self._trusted = trusted
         self._base_domain = base_domain
         self._internal = internal
+        self._app_key = app_key  # the proxy secret: app secrets derive from it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -159,6 +163,7 @@ class SessionGate:
             forwarding,
             cookie_filter=strip_jobgate_cookies,
             hide_authorization=principal is not None and principal.via == "bearer",
+            credential=self._credential(target.session_id, app),
         )
         stats = self._counters.stats(target.session_id, target.app)
         upstream = Upstream(app.upstream, request_target, headers, stats)
@@ -171,6 +176,12 @@ class SessionGate:
                 await self._http.forward(req.scope, receive, send, upstream, as_json=as_json)
         finally:
             stats.finished()
+
+    def _credential(self, session_id: str, app: AppRoute) -> Credential | None:
+        """The session's app secret, as the app checks it (never the client's own)."""
+        if not self._app_key:
+            return None
+        return session_credential(self._app_key, session_id, app.credential)
 
 
 def _as_json(req: Incoming) -> bool:

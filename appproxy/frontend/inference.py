@@ -9,8 +9,10 @@
 
 Who may call: anyone for a public endpoint; otherwise a live endpoint token
 (``Authorization: Bearer jge_…``, compared by SHA-256 digest), or the owner's (or an
-administrator's) jobgate API key. A wrong, expired or revoked token is 401 whether or
-not the endpoint exists; a valid key of another user is 404. Everything else goes to
+administrator's) jobgate API key with the ``endpoints`` scope (:data:`CALL_ENDPOINTS`:
+a key that may make the endpoint's tokens; a ``read`` key is 403). A wrong, expired or
+revoked token or key is 401 whether or not the endpoint exists; a valid key of another
+user is 404. Everything else goes to
 the session frontend (``fallback``).
 """
 
@@ -44,6 +46,7 @@ from appproxy.pages import (
     ENDPOINT_TOKEN_REFUSED,
     ENDPOINT_TOKEN_REQUIRED,
     GATEWAY_UNAVAILABLE,
+    KEY_LACKS_SCOPE,
     ROUTES_UNAVAILABLE,
     UNKNOWN_ENDPOINT,
     Page,
@@ -55,6 +58,7 @@ from appproxy.routes import RoutesUnavailable
 from contract.endpoints import ENDPOINT_TOKEN_PREFIX, EndpointRoute, token_digest
 
 __all__ = [
+    "CALL_ENDPOINTS",
     "IDEMPOTENT_METHODS",
     "InferenceGate",
     "admitted_at_once",
@@ -62,6 +66,13 @@ __all__ = [
     "token_valid_until",
 ]
 
+#: the scope a jobgate API key needs to call a private endpoint (as to make its tokens)
+CALL_ENDPOINTS: Final = "endpoints"
+_NO_ENDPOINTS_SCOPE: Final = KEY_LACKS_SCOPE.with_detail(
+    f"This API key lacks the {CALL_ENDPOINTS!r} scope, which calling a private endpoint "
+    "with a key needs. Use an endpoint token (jobgate endpoints tokens create NAME) or a "
+    f"key with the scope (jobgate keys create NAME --scope {CALL_ENDPOINTS})."
+)
 #: methods retried on another replica when the first could not be connected to
 IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 _BUSY_RETRY_AFTER: Final = b"1"
@@ -184,6 +195,8 @@ class InferenceGate:
                 return None, False, ENDPOINT_TOKEN_REFUSED
             if route is None or not (user.admin or user.id == route.owner_id):
                 return None, False, UNKNOWN_ENDPOINT
+            if not user.allows(CALL_ENDPOINTS):
+                return None, False, _NO_ENDPOINTS_SCOPE
             return endpoint, True, None
         return None, False, ENDPOINT_TOKEN_REFUSED
 

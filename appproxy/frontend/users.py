@@ -1,9 +1,11 @@
 """Who holds a jobgate API key: asks the gateway (``GET /v1/users/me``) and remembers briefly.
 
-The gateway answers 200 with ``{"id", "name", "role"}`` for a valid key and 401
-otherwise. Answers are cached for ``ttl`` seconds (refusals for at most 5 s) under a
+The gateway answers 200 with ``{"id", "name", "role", "key": {"scopes", "expires_at"}}``
+for a valid key and 401 otherwise (revoked, expired, unknown). Answers are cached for
+``ttl`` seconds (refusals for at most 5 s), and never past the key's expiry, under a
 SHA-256 digest of the key, so the key itself is kept nowhere and logged nowhere;
-concurrent look-ups of one key share a single call.
+concurrent look-ups of one key share a single call. An answer without the key's scopes
+(a gateway from before scopes) counts as a key that may do nothing here.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import aiohttp
@@ -31,13 +34,21 @@ class GatewayUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class User:
+    """The holder of a key, and what that key may do (``scopes``) until when (epoch
+    seconds; None: never)."""
+
     id: str
     name: str
     role: str
+    scopes: frozenset[str] = frozenset()
+    expires_at: float | None = None
 
     @property
     def admin(self) -> bool:
         return self.role == "admin"
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes
 
 
 class UserDirectory:
@@ -47,7 +58,7 @@ class UserDirectory:
         self,
         gateway_url: str,
         *,
-        ttl: float = 30.0,
+        ttl: float = 5.0,
         max_entries: int = 10_000,
         timeout: float = 5.0,
     ) -> None:
@@ -84,6 +95,8 @@ class UserDirectory:
 
     def _remember(self, digest: str, user: User | None) -> None:
         ttl = self._ttl if user is not None else min(self._ttl, _NEGATIVE_TTL)
+        if user is not None and user.expires_at is not None:
+            ttl = min(ttl, user.expires_at - time.time())  # an expired key is asked again
         if ttl <= 0:
             return
         self._cache[digest] = (time.monotonic() + ttl, user)
@@ -114,9 +127,31 @@ class UserDirectory:
             log.warning("cannot check an API key with the gateway: %s", type(exc).__name__)
             raise GatewayUnavailable("gateway unreachable") from exc
         try:
-            return User(id=str(body["id"]), name=str(body.get("name", "")), role=str(body["role"]))
-        except (KeyError, TypeError) as exc:
-            raise GatewayUnavailable("gateway's /v1/users/me answer lacks id or role") from exc
+            return User(
+                id=str(body["id"]),
+                name=str(body.get("name", "")),
+                role=str(body["role"]),
+                **_key(body.get("key")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise GatewayUnavailable("gateway's /v1/users/me answer is not readable") from exc
+
+
+def _key(key: Any) -> dict[str, Any]:
+    """The scopes and expiry in the answer's ``key`` (none there: no scopes)."""
+    if key is None:
+        return {}
+    scopes = key["scopes"]
+    if not isinstance(scopes, list):
+        raise TypeError("scopes is not a list")
+    expires = key.get("expires_at")
+    at = None if expires is None else datetime.fromisoformat(expires)
+    if at is not None and at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return {
+        "scopes": frozenset(str(s) for s in scopes),
+        "expires_at": None if at is None else at.timestamp(),
+    }
 
 
 def _retrieve(task: asyncio.Task[User | None]) -> None:

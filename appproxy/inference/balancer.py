@@ -119,9 +119,13 @@ class Balancer:
         concurrency: int,
         queue_limit: int,
         wake: Callable[[], None],
+        emptied: Callable[[], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.load = load
+        #: told when the last waiter leaves the queue (the load report goes out at once,
+        #: so `endpoints show` stops saying "queued" when the request is answered)
+        self._emptied = emptied
         self.concurrency = concurrency
         self.queue_limit = queue_limit
         self.replicas: dict[str, Replica] = {}
@@ -248,10 +252,15 @@ class Balancer:
         """A waiter gave up (timeout, client gone): leave the queue, hand back a slot it got."""
         if not waiter.done():
             waiter.cancel()
-            self.load.queued -= 1
             self._waiters.remove(waiter)
+            self._left_queue()
         elif not waiter.cancelled():
             self.release(waiter.result())
+
+    def _left_queue(self) -> None:
+        self.load.queued -= 1
+        if not self._waiters and self._emptied is not None:
+            self._emptied()
 
     def _dispatch(self) -> None:
         """Give free slots to waiters, first come first served."""
@@ -260,13 +269,13 @@ class Balancer:
             if replica is None:
                 return
             waiter = self._waiters.popleft()
-            self.load.queued -= 1
             self._take(replica)
+            self._left_queue()
             waiter.set_result(replica)
 
     def fail_waiters(self) -> None:
         """The endpoint is gone: every waiter gets NoReplica at its next look."""
         while self._waiters:
             waiter = self._waiters.popleft()
-            self.load.queued -= 1
             waiter.cancel()
+            self._left_queue()

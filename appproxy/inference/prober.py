@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Final
 
 from redis.exceptions import RedisError
 
-from appproxy.backend.client import ConnectionPool, Origin, UpstreamUnavailable
+from appproxy.backend.client import ConnectionPool, UpstreamUnavailable
+from appproxy.backend.http1 import Origin
 from appproxy.inference.balancer import Replica
 from appproxy.inference.store import Endpoint
 from contract.endpoints import ReplicaHealth

@@ -1,6 +1,7 @@
 """Load reports: every ``LOAD_REPORT_INTERVAL`` this proxy's view of each endpoint's load.
 
-    every second: one pipeline ─ HSET jobgate:endpoint-load:{id} {proxy_id} LoadReport
+    every second, and at once when a queue empties (nudge):
+                 one pipeline ─ HSET jobgate:endpoint-load:{id} {proxy_id} LoadReport
                                │   (in flight, queued, req/s: the endpoint's and per replica)
                                └ EXPIRE … LOAD_REPORT_TTL        (per endpoint it knows)
 
@@ -11,6 +12,7 @@ reported too (zero load is what lets an endpoint scale down).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -25,6 +27,8 @@ from contract.keys import endpoint_load_key
 __all__ = ["LoadReporter", "load_report"]
 
 log = logging.getLogger(__name__)
+#: the least time between two reports when nudged
+NUDGE_GAP_S = 0.1
 
 
 def load_report(endpoint: Endpoint, now: float) -> LoadReport:
@@ -55,6 +59,12 @@ class LoadReporter:
         self._store = store
         self._proxy_id = proxy_id
         self._interval = interval
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """Report now rather than at the next interval (a request left the queue: the
+        figure `endpoints show` and the autoscaler read drops when it is answered)."""
+        self._nudged.set()
 
     async def report(self) -> None:
         endpoints = list(self._store)
@@ -71,8 +81,14 @@ class LoadReporter:
 
     async def run(self) -> None:
         while True:
+            self._nudged.clear()
             try:
                 await self.report()
             except (RedisError, OSError) as exc:
                 log.warning("cannot write load reports: %s", type(exc).__name__)
-            await asyncio.sleep(self._interval)
+            reported = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudged.wait(), self._interval)
+            # nudged: a queue that fills and empties all the time reports a few times a
+            # second at most
+            await asyncio.sleep(max(0.0, reported + NUDGE_GAP_S - time.monotonic()))

@@ -65,6 +65,7 @@ class Endpoint:
             concurrency=route.concurrency_per_replica,
             queue_limit=route.queue_limit,
             wake=self.wake,
+            emptied=store.load_changed,
         )
 
     @property
@@ -118,6 +119,7 @@ class EndpointStore:
         self.redis = redis
         self.counters = counters
         self._on_replicas = on_replicas
+        self._on_load: Callable[[], None] | None = None
         self._refresh = refresh
         self._endpoints: dict[str, Endpoint] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -128,6 +130,14 @@ class EndpointStore:
 
     def set_replica_listener(self, listener: ReplicaChanges) -> None:
         self._on_replicas = listener
+
+    def set_load_listener(self, listener: Callable[[], None]) -> None:
+        """*listener* is told when an endpoint's queue empties (the load reporter)."""
+        self._on_load = listener
+
+    def load_changed(self) -> None:
+        if self._on_load is not None:
+            self._on_load()
 
     def spawn(self, job: Any) -> None:
         """Run a small job in the background, keeping a reference until it is done."""

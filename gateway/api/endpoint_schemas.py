@@ -75,6 +75,11 @@ class EndpointSummary(BaseModel):
     desired_replicas: int
     ready_replicas: int
     autoscale: AutoscaleSettings
+    to_zero_after_s: float | None = Field(
+        description="about how long after the last request the endpoint is at zero "
+        "replicas: the longer of idle_to_zero_s and stable_window_s, plus "
+        "scale_down_delay_s; null when min_replicas keeps some"
+    )
     created_at: datetime
     updated_at: datetime
 

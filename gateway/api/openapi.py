@@ -8,6 +8,9 @@ A resource group's ``scheduler`` is typed by the scheduling plugins this gateway
 (built-in and installed): which names exist and what options each takes
 (``plugins.scheduling.schema``), as the schema ``SchedulerConfig`` the group bodies
 refer to.
+
+An error body is the schema ``Problem`` (``gateway.api.problems``), referred to by every
+error answer, so a generated client has one typed error model.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from gateway.api import problems
 from gateway.config import GatewaySettings
 from plugins.scheduling.pipeline import available
 from plugins.scheduling.schema import scheduler_schema
@@ -33,6 +37,7 @@ def install(app: FastAPI, settings: GatewaySettings) -> None:
         fresh = app.openapi_schema is None
         schema = made()
         if fresh:
+            schema["components"]["schemas"].update(problems.schemas())
             _limit(schema, "SessionCreate", "count", settings.max_array_count)
             _scheduler(schema)
         return schema

@@ -2,7 +2,8 @@
 
 Every error body is ``application/problem+json`` with ``type``, ``title``, ``status``,
 ``detail`` and, for bad input, the ``field`` at fault (dotted, e.g. ``resources.cpu``)
-and the full list of ``errors``. Unexpected exceptions become a 500 whose body says
+and the full list of ``errors``; a value that does not match a pattern is told the rule
+in words (``rules.py``), never the regex. Unexpected exceptions become a 500 whose body says
 nothing about the internals; the log has the traceback. The database or Redis being
 unreachable (a restart, a failover) is a 503 with ``Retry-After``: try again. A value
 the database refuses (out of a column's range: the edge should have bounded it) is a 422,
@@ -18,37 +19,77 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.api.rules import in_words
 from gateway.db.engine import unavailable
+from gateway.db.retry import sqlstate
 from gateway.domain.errors import Invalid, JobgateError
 
-__all__ = ["PROBLEM_RESPONSES", "BodyLimit", "Problem", "install", "problem"]
+__all__ = [
+    "PROBLEM_RESPONSES",
+    "BodyLimit",
+    "Problem",
+    "ProblemError",
+    "http_problem",
+    "install",
+    "problem",
+    "schemas",
+]
 
 log = logging.getLogger(__name__)
 MEDIA = "application/problem+json"
+REF_TEMPLATE = "#/components/schemas/{model}"
+
+
+def _absent_not_null(schema: dict[str, Any]) -> None:
+    """An optional key the server leaves out is absent, never ``null``: no ``default``."""
+    for prop in schema.get("properties", {}).values():
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+
+
+class ProblemError(BaseModel):
+    """One invalid field of a request (a 422 lists every one)."""
+
+    field: str = Field(description="the field at fault, dotted (`resources.cpu`)")
+    message: str = Field(description="what is wrong with it")
 
 
 class Problem(BaseModel):
-    """An RFC 7807 problem, as every error answer of the API has it."""
+    """An RFC 7807 problem, as every error answer of the API has it (some add keys of
+    their own, such as a 409's ``offset``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_absent_not_null)
 
     type: str
     title: str
     status: int
     detail: str
     instance: str
-    field: str | None = None
-    errors: list[dict[str, str]] | None = None
+    field: str | SkipJsonSchema[None] = Field(
+        None, description="bad input: the field at fault, dotted (`resources.cpu`)"
+    )
+    errors: list[ProblemError] | SkipJsonSchema[None] = Field(
+        None, description="bad input: every invalid field"
+    )
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """The named schemas of an error body (``Problem`` and what it refers to), for the
+    document's ``components`` (``gateway.api.openapi``)."""
+    schema = Problem.model_json_schema(ref_template=REF_TEMPLATE)
+    return {**schema.pop("$defs", {}), "Problem": schema}
 
 
 def _described(text: str) -> dict[str, Any]:
-    return {"description": text, "content": {MEDIA: {"schema": Problem.model_json_schema()}}}
+    ref = {"$ref": REF_TEMPLATE.format(model="Problem")}
+    return {"description": text, "content": {MEDIA: {"schema": ref}}}
 
 
 #: the error answers any /v1 operation may give, declared in the OpenAPI document so
@@ -128,11 +169,16 @@ def _message(error: dict[str, Any]) -> str:
         return "unknown field"
     if error.get("type") == "json_invalid":
         return "the body is not valid JSON"
+    if error.get("type") == "string_pattern_mismatch":
+        words = in_words(str((error.get("ctx") or {}).get("pattern", "")))
+        if words is not None:
+            return f"must be {words}"
     message = str(error.get("msg", "invalid"))
     return message.removeprefix("Value error, ")
 
 
-async def _http(request: Request, exc: Exception) -> JSONResponse:
+async def http_problem(request: Request, exc: Exception) -> JSONResponse:
+    """A Starlette HTTPException (no route, wrong method ...) as problem+json."""
     assert isinstance(exc, StarletteHTTPException)
     titles = {404: "Not found", 405: "Method not allowed", 413: "Payload too large"}
     title = titles.get(exc.status_code, "HTTP error")
@@ -160,23 +206,52 @@ def _allowed(request: Request) -> str:
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     if unavailable(exc):
-        log.warning("%s %s: %s", request.method, request.url.path, exc.__class__.__name__)
+        log.warning("%s %s: %s", request.method, request.url.path, _cause(exc))
         detail = "the gateway cannot reach its database or Redis right now; retry shortly"
         return problem(
             503, "Service unavailable", detail, request.url.path, headers={"Retry-After": "1"}
         )
-    if isinstance(exc, DataError):
-        log.error("%s %s: a value the edge let through: %s", request.method, request.url.path, exc)
-        detail = "a value in the request is outside what the gateway can store"
-        return problem(422, "Invalid request", detail, request.url.path)
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     return problem(500, "Internal error", "the gateway failed; see its log", request.url.path)
+
+
+#: SQLSTATEs of text PostgreSQL cannot hold: a NUL (``\u0000``) in text or JSON
+_NUL_STATES = frozenset({"22P05", "22021"})
+
+
+async def _unstorable(request: Request, exc: Exception) -> JSONResponse:
+    """A value the edge let through that the database refuses (a ``DataError``): the
+    request's fault, so a 422 saying what, and a warning naming the SQLSTATE (handled
+    here rather than by ``_unexpected``, which Starlette re-raises into a traceback)."""
+    log.warning(
+        "%s %s: a value the edge let through: %s", request.method, request.url.path, _cause(exc)
+    )
+    if sqlstate(exc) in _NUL_STATES:
+        detail = (
+            "text in the request holds a NUL character (\\u0000), which the gateway cannot store"
+        )
+    else:
+        detail = "a value in the request is outside what the gateway can store"
+    return problem(422, "Invalid request", detail, request.url.path)
+
+
+def _cause(exc: Exception) -> str:
+    """What went wrong, for the log: the exception's class and, for a database error, the
+    driver's class and SQLSTATE (never its message, which can carry statement parameters)."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return exc.__class__.__name__
+    root = orig.__cause__ or orig
+    code = sqlstate(exc)
+    state = f", SQLSTATE {code}" if code else ""
+    return f"{exc.__class__.__name__} ({type(root).__module__}.{type(root).__name__}{state})"
 
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(JobgateError, _domain)
     app.add_exception_handler(RequestValidationError, _validation)
-    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(StarletteHTTPException, http_problem)
+    app.add_exception_handler(DataError, _unstorable)
     app.add_exception_handler(Exception, _unexpected)
 
 

@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gateway.api.rules import USER_NAME_PATTERN
 from gateway.domain.requests import Input, MountSpec, SessionCreate
 
 __all__ = [
     "ApiKeyCreated",
-    "ApiKeyPublic",
     "HistoryItem",
     "KernelPublic",
     "MountSpec",
@@ -114,7 +114,7 @@ class NodePublic(BaseModel):
     id: str
     hostname: str
     address: str
-    status: str  # ready | lost
+    status: str  # ready | disconnected (its worker restarts, its kernels run on) | lost
     admin_state: str  # ready | draining | cordoned
     runtime: str
     resource_group: str
@@ -148,7 +148,7 @@ class NodeList(BaseModel):
 
 
 class UserCreate(Input):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    name: str = Field(pattern=USER_NAME_PATTERN)
     role: Literal["admin", "user"] = "user"
 
 
@@ -161,16 +161,6 @@ class UserPublic(BaseModel):
 
 class ApiKeyCreate(Input):
     name: str = Field(default="", max_length=64)
-
-
-class ApiKeyPublic(BaseModel):
-    """A key as listings show it: never the key itself, only its first characters."""
-
-    id: str
-    name: str
-    prefix: str
-    created_at: datetime
-    revoked_at: datetime | None = None
 
 
 class ApiKeyCreated(BaseModel):

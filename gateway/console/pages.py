@@ -2,13 +2,16 @@
 
 Pages read the sign-in cookie only (a page is never opened with a Bearer key). What a
 page shows beyond the frame comes from the public API with the same cookie, so the
-console can do nothing a key could not. The detail page checks ownership here too, so
-another user's session URL is a 404 page, as ``GET /v1/sessions/{id}`` is a 404.
+console can do nothing a key could not. The detail pages check ownership here too, so
+another user's session, endpoint, folder or template URL is a 404 page, as the ``/v1``
+call is a 404. Any other unknown path is the same 404 page for a browser
+(``not_found``), and problem+json for everyone else.
 """
 
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -17,12 +20,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from gateway.api import audit
 from gateway.api.deps import State
+from gateway.api.problems import http_problem
+from gateway.console.chart import Bucket, chart
 from gateway.console.cookies import COOKIE, Signed, same_origin, sign_in, sign_out, signed
 from gateway.domain.errors import NotFound, Unauthenticated
+from gateway.domain.usage import floor
+from gateway.services.usage import By
 from gateway.services.views import get_owned
 
-__all__ = ["router"]
+__all__ = ["not_found", "router"]
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -57,8 +65,30 @@ def _page(
     return templates.TemplateResponse(request, name, context, status_code=status, headers=HEADERS)
 
 
+def _missing(request: Request, sign: Signed | None, heading: str, detail: str) -> HTMLResponse:
+    return _page(
+        request,
+        "not_found.html",
+        sign,
+        404,
+        page="error",
+        title="Not found",
+        heading=heading,
+        detail=detail,
+    )
+
+
 def _to_sign_in() -> Response:
     return RedirectResponse("/sign-in", status_code=303, headers=HEADERS)
+
+
+async def _listing(request: Request, state: State, page: str, title: str) -> Response:
+    """A page whose rows the browser loads from ``/v1``: its shell for whoever is signed
+    in, the sign-in page for anyone else."""
+    sign = await _signed(request, state)
+    if sign is None:
+        return _to_sign_in()
+    return _page(request, f"{page}.html", sign, page=page, title=title)
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -70,10 +100,7 @@ async def _form(request: Request) -> dict[str, str]:
 
 @router.get("/", response_class=HTMLResponse)
 async def sessions_page(request: Request, state: State) -> Response:
-    sign = await _signed(request, state)
-    if sign is None:
-        return _to_sign_in()
-    return _page(request, "sessions.html", sign, page="sessions", title="Sessions")
+    return await _listing(request, state, "sessions", "Sessions")
 
 
 @router.get("/sign-in", response_class=HTMLResponse)
@@ -83,7 +110,7 @@ async def sign_in_page(request: Request, state: State) -> Response:
     return _page(request, "sign_in.html", None, page="sign-in", title="Sign in")
 
 
-@router.post("/sign-in", response_class=HTMLResponse)
+@router.post("/sign-in", response_class=HTMLResponse, operation_id="console-sign-in")
 async def sign_in_submit(request: Request, state: State) -> Response:
     if not same_origin(request.headers.get("origin"), request.headers.get("host")):
         return _page(
@@ -102,9 +129,11 @@ async def sign_in_submit(request: Request, state: State) -> Response:
                 state.pool, db, state.keys, key, state.settings.console_session_s
             )
     except Unauthenticated as exc:
+        audit.note_refused(request, key)
         return _page(
             request, "sign_in.html", None, 401, page="sign-in", title="Sign in", error=exc.detail
         )
+    audit.note_principal(request, sign.principal)
     response = RedirectResponse("/", status_code=303, headers=HEADERS)
     response.set_cookie(
         COOKIE,
@@ -119,10 +148,12 @@ async def sign_in_submit(request: Request, state: State) -> Response:
     return response
 
 
-@router.post("/sign-out")
+@router.post("/sign-out", operation_id="console-sign-out")
 async def sign_out_submit(request: Request, state: State) -> Response:
     cookie = request.cookies.get(COOKIE)
     sign = await _signed(request, state)
+    if sign is not None:
+        audit.note_principal(request, sign.principal, "console")
     token = (await _form(request)).get("csrf", "")
     if cookie and sign is not None:
         if not secrets.compare_digest(token.encode(), sign.csrf.encode()):
@@ -151,16 +182,7 @@ async def session_page(session_id: str, request: Request, state: State) -> Respo
         async with state.db() as db:
             session = await get_owned(db, sign.principal, session_id)
     except NotFound:
-        return _page(
-            request,
-            "not_found.html",
-            sign,
-            404,
-            page="error",
-            title="Not found",
-            heading="No such session",
-            detail=f"You have no session {session_id[:36]}.",
-        )
+        return _missing(request, sign, "No such session", f"You have no session {session_id[:36]}.")
     return _page(
         request,
         "session.html",
@@ -173,10 +195,32 @@ async def session_page(session_id: str, request: Request, state: State) -> Respo
 
 @router.get("/nodes", response_class=HTMLResponse)
 async def nodes_page(request: Request, state: State) -> Response:
+    return await _listing(request, state, "nodes", "Nodes")
+
+
+#: the days the usage page charts, today included
+USAGE_DAYS = 14
+
+
+@router.get("/usage", response_class=HTMLResponse)
+async def usage_page(request: Request, state: State, by: str = "project") -> Response:
+    """Usage per day of the last two weeks, one stacked-bar chart per slot, drawn here
+    as SVG (``chart.py``) from the report ``GET /v1/usage`` gives the same caller."""
     sign = await _signed(request, state)
     if sign is None:
         return _to_sign_in()
-    return _page(request, "nodes.html", sign, page="nodes", title="Nodes")
+    by_key: By = "user" if by == "user" else "project"
+    now = datetime.now(UTC)
+    start = floor(now, "day") - timedelta(days=USAGE_DAYS - 1)
+    report = await state.usage.report(sign.principal, by_key, "day", start, None)
+    days = [start + timedelta(days=i) for i in range(USAGE_DAYS)]
+    buckets = [Bucket(b.start, b.key, b.slots) for b in report.buckets]
+    order = {"cpu": 0, "mem": 1}
+    charts = [
+        chart(slot, report.units[slot], days, buckets)
+        for slot in sorted(report.units, key=lambda s: (order.get(s, 2), s))
+    ]
+    return _page(request, "usage.html", sign, page="usage", title="Usage", by=by_key, charts=charts)
 
 
 @router.get("/admin", response_class=HTMLResponse)
@@ -185,14 +229,81 @@ async def admin_page(request: Request, state: State) -> Response:
     if sign is None:
         return _to_sign_in()
     if not sign.principal.is_admin:
-        return _page(
-            request,
-            "not_found.html",
-            sign,
-            404,
-            page="error",
-            title="Not found",
-            heading="Nothing here",
-            detail="Administration is for administrators.",
-        )
+        return _missing(request, sign, "Nothing here", "Administration is for administrators.")
     return _page(request, "admin.html", sign, page="admin", title="Admin")
+
+
+@router.get("/endpoints", response_class=HTMLResponse)
+async def endpoints_page(request: Request, state: State) -> Response:
+    return await _listing(request, state, "endpoints", "Endpoints")
+
+
+@router.get("/endpoints/{name}", response_class=HTMLResponse)
+async def endpoint_page(name: str, request: Request, state: State) -> Response:
+    sign = await _signed(request, state)
+    if sign is None:
+        return _to_sign_in()
+    try:
+        async with state.db() as db:
+            endpoint = await state.endpoints.get_owned(db, sign.principal, name)
+    except NotFound:
+        return _missing(request, sign, "No such endpoint", f"You have no endpoint {name[:64]}.")
+    return _page(
+        request, "endpoint.html", sign, page="endpoint", title=endpoint.name, subject=endpoint.name
+    )
+
+
+@router.get("/folders", response_class=HTMLResponse)
+async def folders_page(request: Request, state: State) -> Response:
+    return await _listing(request, state, "folders", "Data folders")
+
+
+@router.get("/folders/{name}", response_class=HTMLResponse)
+async def folder_page(name: str, request: Request, state: State) -> Response:
+    sign = await _signed(request, state)
+    if sign is None:
+        return _to_sign_in()
+    try:
+        async with state.db() as db:
+            folder, _ = await state.folders.resolve(db, sign.principal, name)
+    except NotFound:
+        return _missing(request, sign, "No such folder", f"You have no data folder {name[:64]}.")
+    return _page(
+        request,
+        "folder.html",
+        sign,
+        page="folder",
+        title=folder.name,
+        subject=folder.name,
+        folder_id=folder.id,
+    )
+
+
+@router.get("/templates", response_class=HTMLResponse)
+async def templates_page(request: Request, state: State) -> Response:
+    return await _listing(request, state, "templates", "Templates")
+
+
+@router.get("/templates/{name}", response_class=HTMLResponse)
+async def template_page(name: str, request: Request, state: State) -> Response:
+    sign = await _signed(request, state)
+    if sign is None:
+        return _to_sign_in()
+    try:
+        template = await state.templates.get(sign.principal, name)
+    except NotFound:
+        return _missing(request, sign, "No such template", f"You have no template {name[:64]}.")
+    return _page(
+        request, "template.html", sign, page="template", title=template.name, subject=template.name
+    )
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """A 404 nothing answered: the console's page for a browser outside ``/v1``,
+    problem+json (as everywhere else) for API clients."""
+    browser = "text/html" in request.headers.get("accept", "")
+    if browser and not request.url.path.startswith("/v1/"):
+        sign = await _signed(request, request.app.state.jobgate)
+        detail = f"There is no page {request.url.path[:200]}."
+        return _missing(request, sign, "Nothing here", detail)
+    return await http_problem(request, exc)

@@ -14,6 +14,7 @@ URL goes to pg_dump/pg_restore in ``PGPASSWORD``, never on their command line.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sqlite3
@@ -83,12 +84,37 @@ async def nonempty_tables(async_url: str) -> list[str]:
             if conn.execute(select(text("1")).select_from(table(name)).limit(1)).first()
         ]
 
+    path = target(async_url).sqlite_path
+    if path is not None:
+        return await asyncio.to_thread(_sqlite_nonempty, path)
     engine = create_engine(async_url)
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(scan)
     finally:
         await engine.dispose()
+
+
+def _sqlite_nonempty(path: Path) -> list[str]:
+    """The same scan on SQLite, read-only: the engine's ``BEGIN IMMEDIATE`` would queue for
+    the write lock behind a live stack's writers, for a question that only reads."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+            if row[0] != VERSION_TABLE
+        ]
+        quoted = {name: name.replace('"', '""') for name in names}
+        return [
+            name
+            for name in sorted(names)
+            if conn.execute(f'SELECT 1 FROM "{quoted[name]}" LIMIT 1').fetchone()
+        ]
+    finally:
+        conn.close()
 
 
 def _pg_env(where: Target) -> dict[str, str]:

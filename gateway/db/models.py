@@ -14,6 +14,8 @@
 
     job_templates ──< hook_triggers ──< hook_deliveries        (docs/pipelines.md)
     webhooks ──< webhook_deliveries >── webhook_events (the outbox of events)
+    usage: one row per kernel attempt that ran (gateway/db/usage.py; no foreign keys)
+    audit_log: one row per state-changing API call (append-only; no foreign keys)
 
 A session is what a user asked for; its kernels are its containers (one, or several
 for a cluster session), each placed on a node with its own allocation. A node row keeps
@@ -41,6 +43,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -59,6 +62,7 @@ from gateway.domain.status import TERMINAL
 
 __all__ = [
     "ApiKey",
+    "AuditRecord",
     "Base",
     "Endpoint",
     "EndpointEvent",
@@ -72,6 +76,7 @@ __all__ = [
     "JobTemplate",
     "Kernel",
     "Node",
+    "NodeCredential",
     "Project",
     "ProjectMember",
     "ResourceGroup",
@@ -81,6 +86,7 @@ __all__ = [
     "SessionFolder",
     "SessionLog",
     "StatusHistory",
+    "Usage",
     "User",
     "Webhook",
     "WebhookDelivery",
@@ -150,7 +156,20 @@ class User(Base):
 
 
 class ApiKey(Base):
+    """A user's API key (``gateway/auth.py``; scopes: ``gateway/domain/keys.py``)."""
+
     __tablename__ = "api_keys"
+    __table_args__ = (
+        # a name is unique among a user's unrevoked keys (``jobgate keys revoke NAME``)
+        Index(
+            "uq_api_keys_user_live_name",
+            "user_id",
+            "name",
+            unique=True,
+            postgresql_where=text("revoked_at IS NULL"),
+            sqlite_where=text("revoked_at IS NULL"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
@@ -158,7 +177,12 @@ class ApiKey(Base):
     #: sha256 of the whole key; keys are 256-bit random, so a fast hash is the right one
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))  # shown in listings: "jg_3fA9x2"
+    #: space-separated scopes; NULL: all its user may do (keys made before scopes)
+    scopes: Mapped[str | None] = mapped_column(String(128), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
+    #: written at most once a minute per key and gateway process (auth.KeyCache.due)
+    last_used_at: Mapped[datetime | None] = mapped_column(default=None)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
@@ -168,6 +192,8 @@ class Project(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: its weight in the fair-share sequencer (docs/fair-share.md): above 0, default 1
+    share: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
 
 
 class ProjectMember(Base):
@@ -242,6 +268,20 @@ class Node(Base):
     agent_version: Mapped[str] = mapped_column(String(64), default="")
     registered_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class NodeCredential(Base):
+    """A node's own credential for the internal routes, issued when it joins with the
+    join token; only its SHA-256 is kept. No foreign key: a node joins before it
+    registers (the registration, over Redis, writes its ``nodes`` row)."""
+
+    __tablename__ = "node_credentials"
+
+    node_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: set by ``jobgate nodes revoke``: the credential is refused; the node may join again
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 # ---- sessions ------------------------------------------------------------------------
@@ -378,7 +418,8 @@ class Kernel(Base):
     ports: Mapped[dict[str, Any]] = mapped_column(default=dict)  # app -> host port
     container_id: Mapped[str | None] = mapped_column(String(128), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
-    log_offsets: Mapped[dict[str, Any]] = mapped_column(default=dict)  # stream -> bytes kept
+    #: per attempt ("1", "2", ...): stream -> bytes received (gateway/services/logs.py)
+    log_offsets: Mapped[dict[str, Any]] = mapped_column(default=dict)
     released: Mapped[bool] = mapped_column(Boolean, default=False)  # allocation given back
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
@@ -400,8 +441,33 @@ class StatusHistory(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Usage(Base):
+    """What one attempt of a kernel held, from its start (RUNNING) to its end: the
+    accounting record (docs/usage.md). Written by :mod:`gateway.db.usage` in the flush
+    that moves the kernel, so in the same transaction; ``ended_at`` is NULL while it
+    runs. Plain ids, no foreign keys: the record is the bill, whatever becomes of them."""
+
+    __tablename__ = "usage"
+    __table_args__ = (
+        Index("ix_usage_started_at", "started_at"),
+        Index("ix_usage_ended_at", "ended_at"),
+    )
+
+    kernel_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(36))
+    owner_id: Mapped[str] = mapped_column(String(36), index=True)
+    project_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
+    resource_group: Mapped[str] = mapped_column(String(64))
+    node_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    #: the amounts the scheduler allocated (ResourceSlots.to_json: slot -> decimal text)
+    slots: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    started_at: Mapped[datetime] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
 class SessionLog(Base):
-    """A chunk of one stream of one kernel, appended in arrival order."""
+    """A chunk of one stream of one attempt of one kernel, appended in arrival order."""
 
     __tablename__ = "session_logs"
     __table_args__ = (Index("ix_session_logs_session_id", "session_id", "id"),)
@@ -411,6 +477,8 @@ class SessionLog(Base):
     )
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     kernel_id: Mapped[str] = mapped_column(String(36))
+    #: the kernel's attempt that printed it (a superseded attempt's late output included)
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     stream: Mapped[str] = mapped_column(String(8))  # stdout | stderr | system
     offset: Mapped[int] = mapped_column(BigInteger)
     data: Mapped[bytes] = mapped_column(LargeBinary)
@@ -722,3 +790,33 @@ class SessionFolder(Base):
     folder_id: Mapped[str] = mapped_column(
         ForeignKey("folders.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+
+
+# ---- the audit log -------------------------------------------------------------------
+class AuditRecord(Base):
+    """One state-changing API call and its answer (``gateway/api/audit.py``; what it
+    holds and never holds: docs/security.md). Append-only: nothing updates a row (on
+    PostgreSQL a trigger refuses it); only the retention prune deletes. Plain names, no
+    foreign keys: the record outlives the user, key or session it names."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        Index("ix_audit_log_at", "at"),
+        Index("ix_audit_log_actor", "actor", "id"),
+        Index("ix_audit_log_action", "action", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    at: Mapped[datetime] = mapped_column()  # when the request came
+    #: the user's name; None when no credential was accepted (or a node's own)
+    actor: Mapped[str | None] = mapped_column(String(64), default=None)
+    #: how it authenticated: "key ci (jg_3fA9x2)", "node n1", "refused key jg_3fA9x2" ...
+    credential: Mapped[str] = mapped_column(String(160), default="")
+    action: Mapped[str] = mapped_column(String(64))  # the route's operation id
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(1024))  # the concrete path, no query string
+    target: Mapped[str] = mapped_column(String(512), default="")
+    status: Mapped[int] = mapped_column(Integer)
+    client: Mapped[str] = mapped_column(String(64), default="")

@@ -1,13 +1,14 @@
 """The session transition table applied to rows: every status change goes through here.
 
-:func:`transition` moves one ORM session and returns its history row;
+:func:`transition` moves one ORM session and returns its history row; :func:`note`
+writes a history entry that moves nothing (what became of a superseded attempt);
 :func:`bulk_transition` gives the column updates and history rows of the same move for
 many sessions, for executemany statements (a scheduling pass moves thousands at once).
 Which moves are allowed, and what they write, is :mod:`gateway.domain.status`.
 
 This is also the one place a session's end is announced: a move to a terminal status
 writes a ``webhook_events`` row (the outbox, ``session.succeeded`` …) in the same
-transaction, which the webhook deliverer (``gateway/webhooks.py``) fans out later.
+transaction, which the webhook deliverer (``gateway/loops/deliverer.py``) fans out later.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import object_session
 
 from gateway.db.models import Session, StatusHistory, WebhookEvent
@@ -28,7 +31,7 @@ from gateway.domain.status import (
 )
 from gateway.domain.webhooks import session_event_type
 
-__all__ = ["bulk_transition", "event_row", "session_ended_events", "transition"]
+__all__ = ["bulk_transition", "event_row", "note", "session_ended_events", "transition"]
 
 
 def event_row(
@@ -75,6 +78,17 @@ def transition(session: Session, new: SessionStatus, reason: str, now: datetime)
         for row in session_ended_events(new, [session.id], now):
             db.add(WebhookEvent(**row))
     return StatusHistory(**history_values(session.id, current, new, reason, now))
+
+
+async def note(db: AsyncSession, session: Session, reason: str, now: datetime) -> None:
+    """A history entry from the session's status to itself; none if the same entry is
+    there already (a repeated event)."""
+    held = select(StatusHistory.id).where(
+        StatusHistory.session_id == session.id, StatusHistory.reason == reason
+    )
+    if (await db.execute(held.limit(1))).first() is None:
+        status = SessionStatus(session.status)
+        db.add(StatusHistory(**history_values(session.id, status, status, reason, now)))
 
 
 def bulk_transition(

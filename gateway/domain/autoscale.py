@@ -23,6 +23,9 @@
   in that span wins).
 * **Zero**: with ``min_replicas = 0`` the last replica goes after ``idle_to_zero_s``
   without any traffic; a wake (a request held at zero) means at least one replica now.
+  Going to zero is a scale-down like any other, so the delays add up: the stable
+  window must have seen no load, ``idle_to_zero_s`` must have passed, and then the
+  ``scale_down_delay_s`` holds the last replica (:func:`zero_after_s`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "ScaleState",
     "decide",
     "record",
+    "zero_after_s",
 ]
 
 #: a rise counts in full once readings at least this far apart (about one load report
@@ -122,6 +126,16 @@ class Decision:
     reason: str
     inputs: dict[str, Any]
     state: ScaleState
+
+
+def zero_after_s(settings: AutoscaleSettings) -> float | None:
+    """About how long after its last request an endpoint is at zero replicas (None: its
+    ``min_replicas`` keeps some): the longer of ``idle_to_zero_s`` and the stable window
+    (whose average must fall to 0), then the ``scale_down_delay_s`` every fall waits."""
+    if settings.min_replicas > 0:
+        return None
+    idle = max(settings.idle_to_zero_s, settings.stable_window_s)
+    return idle + settings.scale_down_delay_s
 
 
 def record(samples: list[Sample], sample: Sample, keep_s: float) -> list[Sample]:

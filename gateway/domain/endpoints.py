@@ -66,6 +66,17 @@ class RevisionSpec(Input):
 
 
 class EndpointCreate(RevisionSpec):
+    # a replica runs something that serves: its command, or its image's own (the
+    # service says the same, naming the field)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"command": {"minItems": 1}}, "required": ["command"]},
+                {"properties": {"image": {"type": "string"}}, "required": ["image"]},
+            ]
+        }
+    )
+
     name: str = Field(
         pattern=f"^{ENDPOINT_NAME_PATTERN}$",
         description="a DNS label: lower-case letters, digits, inner '-', at most 40",

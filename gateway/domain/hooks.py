@@ -9,10 +9,17 @@ parameters a trigger can fill (``repository``, ``ref``, ``branch``, ``sha``, ``e
 Branch filters are globs as GitHub Actions writes them: ``*`` matches within one path
 segment, ``**`` across ``/``, ``?`` one character. A pull request is filtered on the
 branch it targets (its base), a push on the branch pushed.
+
+A trigger's filters are checked when it is made (:func:`check_filters`), so one that
+could never fire is refused: GitHub and GitLab triggers take the event names those
+sources send (``GITHUB_EVENTS``, ``GITLAB_EVENTS``); a Standard Webhooks ``type`` is
+the sender's own, so any well-formed name goes. A branch glob holds only what a branch
+name may hold (git check-ref-format), plus ``*`` and ``?``.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -23,16 +30,112 @@ from typing import Any
 
 __all__ = [
     "EVENT_FIELDS",
+    "EVENT_NAME_PATTERN",
+    "GITHUB_EVENTS",
+    "GITLAB_EVENTS",
     "SOURCES",
     "BadPayload",
     "HookEvent",
     "branch_matches",
+    "check_filters",
     "parse_event",
     "passes",
 ]
 
 SOURCES = ("github", "gitlab", "standard")
 EVENT_FIELDS = ("repository", "ref", "branch", "sha", "event", "delivery", "sender")
+#: an event name as a trigger lists it, in words: 1-64 lower-case letters, "_" or "."
+EVENT_NAME_PATTERN = r"^[a-z_.]{1,64}$"
+_EVENT_NAME_RULE = "1-64 lower-case letters, '_' or '.'"
+#: what a GitHub delivery can be (its X-GitHub-Event), ``tag`` being a push of a tag
+GITHUB_EVENTS = frozenset(
+    [
+        "branch_protection_rule",
+        "check_run",
+        "check_suite",
+        "code_scanning_alert",
+        "commit_comment",
+        "create",
+        "delete",
+        "dependabot_alert",
+        "deploy_key",
+        "deployment",
+        "deployment_status",
+        "discussion",
+        "discussion_comment",
+        "fork",
+        "gollum",
+        "installation",
+        "installation_repositories",
+        "issue_comment",
+        "issues",
+        "label",
+        "member",
+        "membership",
+        "merge_group",
+        "meta",
+        "milestone",
+        "organization",
+        "package",
+        "page_build",
+        "ping",
+        "project",
+        "project_card",
+        "project_column",
+        "public",
+        "pull_request",
+        "pull_request_review",
+        "pull_request_review_comment",
+        "pull_request_review_thread",
+        "push",
+        "registry_package",
+        "release",
+        "repository",
+        "repository_dispatch",
+        "repository_ruleset",
+        "secret_scanning_alert",
+        "security_advisory",
+        "sponsorship",
+        "star",
+        "status",
+        "tag",
+        "team",
+        "team_add",
+        "watch",
+        "workflow_dispatch",
+        "workflow_job",
+        "workflow_run",
+    ]
+)
+#: what a GitLab delivery can be (its object_kind): merge requests are ``pull_request``
+#: and tag pushes ``tag``, as for GitHub
+GITLAB_EVENTS = frozenset(
+    [
+        "push",
+        "tag",
+        "pull_request",
+        "note",
+        "issue",
+        "work_item",
+        "wiki_page",
+        "pipeline",
+        "build",
+        "deployment",
+        "feature_flag",
+        "release",
+        "emoji",
+        "access_token",
+        "member",
+        "subgroup",
+        "project",
+        "vulnerability",
+    ]
+)
+_KNOWN = {"github": GITHUB_EVENTS, "gitlab": GITLAB_EVENTS}
+#: names a user may know from the source itself, and the one a trigger lists instead
+_ALIASES = {"merge_request": "pull_request", "tag_push": "tag", "push_tag": "tag"}
+#: characters no branch name holds (git check-ref-format), so no glob needs them
+_NOT_IN_BRANCHES = frozenset(" ~^:[\\")
 
 
 class BadPayload(Exception):
@@ -190,4 +293,54 @@ def passes(event: HookEvent, events: Sequence[str], branches: Sequence[str]) -> 
     if branches and not branch_matches(event.branch, branches):
         shown = event.branch or "(none)"
         return f"branch {shown} matches none of {', '.join(branches)}"
+    return None
+
+
+def _check_event(source: str, name: str) -> str | None:
+    if not re.fullmatch(EVENT_NAME_PATTERN, name):
+        lower = name.lower()
+        hint = f"; did you mean {lower!r}?" if re.fullmatch(EVENT_NAME_PATTERN, lower) else ""
+        return f"event {name!r}: an event name is {_EVENT_NAME_RULE}{hint}"
+    known = _KNOWN.get(source)
+    if known is None or name in known:
+        return None  # standard: the sender names its own types
+    alias = _ALIASES.get(name)
+    if alias is not None:
+        return f"event {name!r}: a {source} trigger calls it {alias!r}"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{source} sends no event {name!r} ({hint}known: {', '.join(sorted(known))})"
+
+
+def _check_glob(pattern: str) -> str | None:
+    bad = sorted({c for c in pattern if c in _NOT_IN_BRANCHES or c < " " or c == "\x7f"})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        return (
+            f"branch glob {pattern!r}: {shown} is in no branch name; a glob is a branch "
+            "name with * (any characters within a segment), ** (across /) or ? (one "
+            "character)"
+        )
+    if pattern.startswith("!"):
+        return f"branch glob {pattern!r}: '!' (not) is not supported; list the branches to run"
+    if pattern.startswith("/") or pattern.endswith("/") or "//" in pattern or ".." in pattern:
+        return (
+            f"branch glob {pattern!r}: no branch name starts or ends with '/', "
+            "or holds '//' or '..'"
+        )
+    return None
+
+
+def check_filters(
+    source: str, events: Sequence[str], branches: Sequence[str]
+) -> tuple[str, str] | None:
+    """Why a trigger with these filters would never fire as meant: (field, why), or None."""
+    for name in events:
+        why = _check_event(source, name)
+        if why is not None:
+            return "events", why
+    for pattern in branches:
+        why = _check_glob(pattern)
+        if why is not None:
+            return "branches", why
     return None

@@ -28,7 +28,6 @@ from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN
 from gateway.domain.validation import (
     DELAY_PATTERN,
     ENV_NAME,
-    FIRST_WORD_PATTERN,
     IMAGE_PATTERN,
     check_arguments,
     check_env,
@@ -39,23 +38,36 @@ from gateway.domain.webhooks import URL_PATTERN
 from plugins.resources import slot_map_schema
 
 __all__ = [
+    "CALLBACK_SECRET_PATTERN",
+    "FOLDER_REF_PATTERN",
     "MAX_JSON_INT",
     "NAME_PATTERN",
     "NO_NUL",
+    "WORKDIR_PATTERN",
     "Arguments",
     "Environment",
     "FolderMount",
     "ImageReference",
     "Input",
+    "ListedType",
     "MountSpec",
     "SessionCreate",
     "SessionType",
 ]
 
 SessionType = Literal["batch", "interactive"]
+#: what a session can be: one asked for, or an inference endpoint's replica (made by the
+#: endpoint controller, never asked for; listed and filtered like the others)
+ListedType = Literal["batch", "interactive", "inference"]
 #: free text the database stores: anything but NUL (PostgreSQL text cannot hold it)
 NO_NUL = r"^[^\x00]*$"
+#: a command's first argument as the document says it: no NUL, and not only white space
+FIRST_ARGUMENT_PATTERN = r"^[^\x00]*[^\x00 \t\n\r\f\v][^\x00]*$"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+WORKDIR_PATTERN = r"^/[^\x00]*$"
+CALLBACK_SECRET_PATTERN = r"^whsec_[A-Za-z0-9+/=]{16,120}$"
+#: a data folder by its name or its id
+FOLDER_REF_PATTERN = f"({FOLDER_NAME_PATTERN})|({FOLDER_ID_PATTERN})"
 
 # what sessions and endpoint revisions both run: checked alike wherever they are sent
 ImageReference = Annotated[
@@ -69,7 +81,8 @@ Arguments = Annotated[
         max_length=4096,
         json_schema_extra={
             "items": {"type": "string", "pattern": "^[^\\x00]*$"},
-            "prefixItems": [{"type": "string", "pattern": FIRST_WORD_PATTERN}],
+            # the first: a word (not only white space) and, like every argument, no NUL
+            "prefixItems": [{"type": "string", "pattern": FIRST_ARGUMENT_PATTERN}],
         },
     ),
     AfterValidator(check_arguments),
@@ -150,7 +163,7 @@ class FolderMount(Input):
 
     name: str = Field(
         description="the folder's name (yours first, then your projects', then shared) or id",
-        pattern=f"({FOLDER_NAME_PATTERN})|({FOLDER_ID_PATTERN})",
+        pattern=FOLDER_REF_PATTERN,
     )
     target: str | None = Field(
         default=None,
@@ -216,7 +229,7 @@ class SessionCreate(Input):
     )
     command: Arguments = Field(default_factory=list)
     env: Environment = Field(default_factory=dict)
-    workdir: str | None = Field(default=None, max_length=1024, pattern=r"^/[^\x00]*$")
+    workdir: str | None = Field(default=None, max_length=1024, pattern=WORKDIR_PATTERN)
     working_dir: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,
@@ -294,7 +307,7 @@ class SessionCreate(Input):
     )
     callback_secret: str | None = Field(
         default=None,
-        pattern=r"^whsec_[A-Za-z0-9+/=]{16,120}$",
+        pattern=CALLBACK_SECRET_PATTERN,
         description="whsec_... secret the callback is signed with (default: a new one, "
         "in the create answer)",
     )

@@ -6,6 +6,7 @@
     + desired count, target revision, last good revision, settings, now
         ─▶ step() ─▶ Step: start (indices), promote (→ serving), drain, stop, rollback
         ─▶ status() ─▶ HEALTHY | DEGRADED | UNAVAILABLE | SCALED_TO_ZERO | DEPLOYING, why
+    promised() ─▶ how many should be ready: what served, at most desired (DEGRADED below)
 
 A rolling update starts replicas of the new revision (at most ``max_surge`` above the
 desired count), promotes each once the proxy saw it ready, and drains old ones while at
@@ -22,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Replica", "RolloutSettings", "Status", "Step", "status", "step"]
+__all__ = ["Replica", "RolloutSettings", "Status", "Step", "promised", "status", "step"]
 
 Status = Literal["HEALTHY", "DEGRADED", "UNAVAILABLE", "SCALED_TO_ZERO", "DEPLOYING"]
 
@@ -156,16 +157,31 @@ def step(
     return out
 
 
+def promised(replicas: list[Replica], *, desired: int, previous: int | None = None) -> int:
+    """How many replicas should be ready now: as many as served (a promoted replica
+    served, and still counts while its probe fails), or *previous* (what was promised on
+    the last tick, so one that died is still missed), never more than *desired*. A
+    scale-up raises it only as its new replicas become ready; a scale-down lowers it."""
+    live = [r for r in replicas if r.state != "draining"]
+    served = sum(1 for r in live if r.state == "serving" or r.ready)
+    return min(desired, max(served, previous or 0))
+
+
 def status(
     replicas: list[Replica],
     *,
     desired: int,
     revision: int,
     failure: str = "",
+    promise: int | None = None,
 ) -> tuple[Status, str]:
-    """One word and the reason, never ambiguous: DEGRADED only while some replica serves."""
+    """One word and the reason, never ambiguous: DEGRADED only while some replica serves,
+    and only when fewer serve than did (*promise*, :func:`promised`), never while new
+    ones are still starting (a scale-up is no outage)."""
     live = sorted((r for r in replicas if r.state != "draining"), key=lambda r: r.index)
     ready = [r for r in live if r.ready]
+    if promise is None:
+        promise = promised(replicas, desired=desired)
     if desired == 0 and not live:
         return "SCALED_TO_ZERO", "no replicas; the next request starts one"
     old = [r for r in live if r.revision != revision]
@@ -181,6 +197,9 @@ def status(
     if not ready:
         if failure:
             return "UNAVAILABLE", f"no replica is ready: {failure}"
+        if promise > 0:
+            lost = not_ready or f"{promise} replica(s) lost"
+            return "UNAVAILABLE", f"no replica is ready ({promise} served): {lost}"
         if desired > len(live) or not live:
             return "DEPLOYING", f"starting {desired} replica(s)" + (
                 f"; {not_ready}" if not_ready else ""
@@ -188,5 +207,15 @@ def status(
         return "DEPLOYING", f"revision {revision}: 0/{desired} ready; {not_ready}"
     if len(ready) >= desired:
         return "HEALTHY", f"{len(ready)}/{desired} replicas ready"
-    missing = not_ready or failure or f"{desired - len(live)} replica(s) not started"
-    return "DEGRADED", f"{len(ready)}/{desired} replicas ready; {missing}"
+    unstarted = desired - len(live)
+    if len(ready) < promise:
+        missing = "; ".join(
+            x
+            for x in (not_ready, failure, f"{unstarted} replica(s) to start" if unstarted else "")
+            if x
+        )
+        return "DEGRADED", f"{len(ready)}/{desired} replicas ready ({promise} served); {missing}"
+    starting = "; ".join(
+        x for x in (not_ready, f"{unstarted} not started yet" if unstarted else "") if x
+    )
+    return "HEALTHY", f"{len(ready)}/{desired} replicas ready, scaling up: {starting}"

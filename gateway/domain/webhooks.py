@@ -20,11 +20,13 @@ from urllib.parse import urlsplit
 __all__ = [
     "EVENT_TYPES",
     "RETRY_SCHEDULE_S",
+    "SCHEDULE_FROM",
     "URL_PATTERN",
     "Address",
     "Network",
     "address_refusal",
     "check_url",
+    "host_refusal",
     "next_delay",
     "parse_networks",
     "retry_after_s",
@@ -46,6 +48,9 @@ EVENT_TYPES = (
 #: the waits before attempts 2..8 (attempt 1 goes at once)
 RETRY_SCHEDULE_S = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)
 MAX_RETRY_AFTER_S = 86400.0
+#: the key in a delivery's JSON ``log`` holding its attempt count when it was last
+#: redelivered by hand: the retry schedule counts from there, ``attempts`` from the start
+SCHEDULE_FROM = "schedule_from"
 #: cloud metadata services, refused whatever else is allowed
 METADATA = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
@@ -123,6 +128,17 @@ URL_PATTERN = (
 )
 
 
+def host_refusal(host: str) -> str | None:
+    """Why *host* can never be looked up (no IDNA encoding: a character no host name
+    may hold, a label empty or over 63 characters), or None."""
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        cause = exc.__cause__ or exc.__context__ or exc
+        return f"the URL's host {host!r} is not a valid host name ({cause})"
+    return None
+
+
 def check_url(url: str, allowed: Sequence[Network]) -> str | None:
     """Why *url* can never be a webhook target (scheme, host, an address literal that
     is refused), or None. Host names are checked again when a delivery resolves them."""
@@ -141,6 +157,9 @@ def check_url(url: str, allowed: Sequence[Network]) -> str | None:
     if "@" in parts.netloc:
         return "the URL must not carry a user or password"
     del port
+    why = host_refusal(parts.hostname)
+    if why is not None:
+        return why
     try:
         literal = ipaddress.ip_address(parts.hostname)
     except ValueError:

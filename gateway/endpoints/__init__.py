@@ -1,2 +1,3 @@
-"""Inference endpoints' control plane: the controller loop, its leader lock, what it reads
-from the app proxy and the routes it writes (see gateway/README.md)."""
+"""What an inference endpoint is made of below the loops and services: its replica session
+rows (``replicas``) and the readiness and load the app proxies report (``observe``). The
+controller loop and its leader lease are in ``gateway.loops`` (see gateway/README.md)."""

@@ -13,30 +13,21 @@ folder trashed or purged while no replica held it makes the replica an ERROR at 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.endpoints import ENDPOINT_APP
-from gateway.db.models import (
-    Endpoint,
-    EndpointRevision,
-    Folder,
-    Kernel,
-    Session,
-    SessionFolder,
-    StatusHistory,
-    new_id,
-)
+from gateway.db.models import Endpoint, EndpointRevision, Folder
+from gateway.db.session_rows import PENDING_REASON, history_row, kernel_rows, session_row
+from gateway.db.tables import FOLDERS, HISTORY, KERNELS, SESSIONS
 from gateway.domain.status import SessionStatus
 
-__all__ = ["insert_replica", "replica_apps"]
+__all__ = ["REPLICA_PRIORITY", "insert_replica", "replica_apps"]
 
-SESSIONS = cast(Table, Session.__table__)
-KERNELS = cast(Table, Kernel.__table__)
-HISTORY = cast(Table, StatusHistory.__table__)
-FOLDERS = cast(Table, SessionFolder.__table__)
+#: a replica's scheduling priority (a session's default; revisions do not set one)
+REPLICA_PRIORITY = 50
 
 
 def replica_apps(port: int) -> dict[str, Any]:
@@ -52,62 +43,46 @@ async def insert_replica(
 ) -> str:
     """A PENDING replica session (and its kernel); the caller requests a schedule pass.
     An ERROR one if a folder of the revision is no longer usable."""
-    session_id = new_id()
     reason = f"replica {index} of endpoint {endpoint.name} (revision {revision.number})"
     folders = list(revision.command.get("folders", []))
     status, ended, missing = SessionStatus.PENDING, None, await _unusable(db, folders)
     if missing:
         status, ended = SessionStatus.ERROR, now
         reason = f"{reason}: data folder(s) {', '.join(missing)} in the trash or purged"
-    await db.execute(
-        insert(SESSIONS).values(
-            id=session_id,
-            name=None,
-            owner_id=endpoint.owner_id,
-            type="inference",
-            status=status,
-            status_reason=reason,
-            ended_at=ended,
-            status_changed_at=now,
-            image=revision.image,
-            command={"argv": list(revision.command.get("argv", []))},
-            env=dict(revision.env),
-            working_dir=revision.working_dir,
-            mounts={"items": []},
-            folders={"items": folders},
-            resources=dict(revision.resources),
-            limits_requested=False,
-            mounts_requested=bool(folders),
-            cluster_size=1,
-            resource_group=revision.resource_group,
-            priority=50,
-            constraints={},
-            apps=replica_apps(revision.port),
-            pending_reason="" if missing else "waiting for the scheduler",
-            endpoint_id=endpoint.id,
-            endpoint_revision=revision.number,
-            replica_index=index,
-            replica_state="starting",
-            replica_state_at=now,
-            created_at=now,
-        )
+    row = session_row(
+        owner_id=endpoint.owner_id,
+        type="inference",
+        status=status,
+        reason=reason,
+        image=revision.image,
+        argv=list(revision.command.get("argv", [])),
+        env=dict(revision.env),
+        resources=dict(revision.resources),
+        resource_group=revision.resource_group,
+        priority=REPLICA_PRIORITY,
+        apps=replica_apps(revision.port),
+        mounts=[],
+        folders=folders,
+        pending_reason="" if missing else PENDING_REASON,
+        working_dir=revision.working_dir,
+        mounts_requested=bool(folders),
+        ended_at=ended,
+        endpoint_id=endpoint.id,
+        endpoint_revision=revision.number,
+        replica_index=index,
+        replica_state="starting",
+        replica_state_at=now,
+        created_at=now,
+        status_changed_at=now,
     )
-    await db.execute(
-        insert(HISTORY).values(
-            session_id=session_id,
-            from_status=None,
-            to_status=status,
-            reason=reason,
-            created_at=now,
-        )
-    )
+    session_id: str = row["id"]
+    await db.execute(insert(SESSIONS).values(row))
+    await db.execute(insert(HISTORY).values(history_row(session_id, reason, now, status)))
     if folders and not missing:
         await db.execute(
             insert(FOLDERS), [{"session_id": session_id, "folder_id": f["id"]} for f in folders]
         )
-    await db.execute(
-        insert(KERNELS).values(id=new_id(), session_id=session_id, cluster_idx=0, updated_at=now)
-    )
+    await db.execute(insert(KERNELS).values(kernel_rows(session_id, 1, now)[0]))
     return session_id
 
 

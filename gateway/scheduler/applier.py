@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -31,22 +31,20 @@ from contract.messages import (
     WireFolder,
     WireMount,
 )
+from contract.tokens import app_secret
+from gateway.db.allocation import NodeLedger
 from gateway.db.clock import db_now
-from gateway.db.models import Kernel, Node, Session, StatusHistory, WebhookEvent
+from gateway.db.models import Kernel, Session, WebhookEvent
+from gateway.db.tables import HISTORY, KERNELS, NODES, SESSIONS
 from gateway.db.transitions import bulk_transition, session_ended_events
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.outbox import Outbox
-from gateway.scheduler.allocation import NodeLedger
 from plugins.scheduling.reasons import DID_NOT_FIT
 from plugins.scheduling.types import KernelPlacement, Placement, Plan
 
 __all__ = ["Applied", "apply_plan", "cluster_members", "start_job"]
 
 S = SessionStatus
-SESSIONS = cast(Table, Session.__table__)
-KERNELS = cast(Table, Kernel.__table__)
-NODES = cast(Table, Node.__table__)
-HISTORY = cast(Table, StatusHistory.__table__)
 
 
 @dataclass
@@ -61,10 +59,15 @@ class Applied:
 
 
 async def apply_plan(
-    db: AsyncSession, plan: Plan, known_reasons: dict[str, Any], outbox: Outbox
+    db: AsyncSession,
+    plan: Plan,
+    known_reasons: dict[str, Any],
+    outbox: Outbox,
+    app_key: str = "",
 ) -> Applied:
     """Apply *plan* inside the caller's transaction; its start jobs and live events go
-    into *outbox*, to send after the commit."""
+    into *outbox*, to send after the commit. *app_key*: the proxy secret, from which
+    interactive sessions' app secrets are derived ("": none)."""
     out = Applied()
     now = await db_now(db)
     # lock order, everywhere: sessions, then kernels, then nodes, each in id order
@@ -93,7 +96,7 @@ async def apply_plan(
             update_row = _kernel_columns(kernel_id, kp, now)
             kernel_updates.append(update_row)
             cluster = _cluster(session, index, members)
-            job = _job(session, kernel_id, kp.node_id, update_row, attempt, cluster)
+            job = _job(session, kernel_id, kp.node_id, update_row, attempt, cluster, app_key)
             outbox.starts.append((queues[kp.node_id], job))
         where = ", ".join(sorted({kp.node_id for kp in placement.kernels}))
         out.placed[session.id] = f"placed on {where}"
@@ -329,7 +332,9 @@ def _job(
     placed: dict[str, Any],
     attempt: int = 1,
     cluster: WireCluster | None = None,
+    app_key: str = "",
 ) -> StartKernel:
+    checks = app_key and session.type == "interactive"
     return StartKernel(
         kernel_id=kernel_id,
         session_id=session.id,
@@ -348,14 +353,20 @@ def _job(
         cpuset=placed["cpuset"].get("cpus") or None,
         attempt=attempt,
         cluster=cluster,
+        app_secret=app_secret(app_key, session.id) if checks else "",
     )
 
 
 def start_job(
-    session: Session, kernel: Kernel, members: list[WireClusterMember] | None = None
+    session: Session,
+    kernel: Kernel,
+    members: list[WireClusterMember] | None = None,
+    app_key: str = "",
 ) -> StartKernel:
     """The start job for a kernel already placed (the reconciler re-enqueues with it);
-    *members*: a cluster session's containers (:func:`cluster_members`)."""
+    *members*: a cluster session's containers (:func:`cluster_members`); *app_key*: as
+    :func:`apply_plan`'s."""
     placed = {"slots": kernel.slots, "devices": kernel.devices, "cpuset": kernel.cpuset}
     cluster = _cluster(session, kernel.cluster_idx, members or [])
-    return _job(session, kernel.id, kernel.node_id or "", placed, kernel.attempt, cluster)
+    node = kernel.node_id or ""
+    return _job(session, kernel.id, node, placed, kernel.attempt, cluster, app_key)

@@ -24,6 +24,7 @@ from gateway.domain.status import SessionStatus
 from gateway.metrics import SchedulerMetrics, waiting_codes
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import apply_plan
+from gateway.scheduler.fairshare import FairShareCache
 from gateway.scheduler.snapshot import build_snapshot
 from plugins.scheduling.planner import plan
 
@@ -80,6 +81,8 @@ class Scheduler:
         self._looping: dict[str, bool] = {}
         #: group -> how many pending sessions its next pass reads (see _adapt)
         self._sizes: dict[str, int] = {}
+        #: decayed usage for fair-share groups, read every refresh_s, not every pass
+        self.fair_share = FairShareCache()
 
     async def run_pass(self, resource_group: str) -> PassResult:
         started = time.perf_counter()
@@ -92,6 +95,7 @@ class Scheduler:
                     resource_group,
                     max_pending=considered,
                     settings=self.settings,
+                    fair_share=self.fair_share,
                 )
             snapshot_s = time.perf_counter() - started
             if not snapshot.pending:
@@ -102,7 +106,8 @@ class Scheduler:
             t0 = time.perf_counter()
             outbox = Outbox()
             async with self.db() as db, db.begin():
-                applied = await apply_plan(db, decided, reasons, outbox)
+                key = self.settings.proxy_secret.get_secret_value()
+                applied = await apply_plan(db, decided, reasons, outbox, key)
             apply_s = time.perf_counter() - t0
         await outbox.flush(self.pool)
         return PassResult(

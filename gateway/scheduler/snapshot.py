@@ -13,17 +13,25 @@ from redis.asyncio import Redis
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.keys import heartbeat_key
+from contract.keys import heartbeat_key, keeper_key
 from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.models import Node, ResourceGroup, Session, SessionDependency
 from gateway.domain.status import SessionStatus
+from gateway.scheduler.fairshare import FairShareCache, fair_share_settings, fair_share_view
 from gateway.scheduler.policy import add_policy_view
 from plugins.resources import ResourceSlots
 from plugins.scheduling.config import SchedulerConfig, effective_config
 from plugins.scheduling.types import DeviceState, NodeState, NodeStatus, SessionRequest, Snapshot
 
-__all__ = ["alive_nodes", "build_snapshot", "group_config", "node_state", "planner_config"]
+__all__ = [
+    "alive_nodes",
+    "build_snapshot",
+    "group_config",
+    "kept_nodes",
+    "node_state",
+    "planner_config",
+]
 
 
 async def alive_nodes(redis: Redis, node_ids: list[str]) -> set[str]:
@@ -31,6 +39,18 @@ async def alive_nodes(redis: Redis, node_ids: list[str]) -> set[str]:
         return set()
     values = await redis.mget([heartbeat_key(n) for n in node_ids])
     return {n for n, v in zip(node_ids, values, strict=True) if v is not None}
+
+
+async def kept_nodes(redis: Redis, node_ids: list[str]) -> dict[str, float]:
+    """Nodes whose keeper still beats (the machine lives, whatever its worker does), and
+    the seconds its key has left."""
+    if not node_ids:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for n in node_ids:
+            pipe.pttl(keeper_key(n))
+        left = await pipe.execute()
+    return {n: ms / 1000 for n, ms in zip(node_ids, left, strict=True) if ms > 0}
 
 
 def _device_states(node: Any) -> list[DeviceState]:
@@ -161,10 +181,13 @@ async def build_snapshot(
     *,
     max_pending: int,
     settings: GatewaySettings,
+    fair_share: FairShareCache | None = None,
 ) -> tuple[Snapshot, dict[str, Any]]:
     """The snapshot, and the pending sessions' current reasons (to write only changes).
 
-    Columns, not ORM objects, for the thousands of pending rows a busy pass reads.
+    Columns, not ORM objects, for the thousands of pending rows a busy pass reads. A
+    group whose sequencer is ``fair-share`` gets the decayed usage too, from *fair_share*
+    (the scheduler's cache) or read now.
     """
     now = await db_now(db)
     group = await db.get(ResourceGroup, resource_group)
@@ -201,5 +224,12 @@ async def build_snapshot(
         config=planner_config(config),
     )
     await add_policy_view(db, snapshot, deps)
+    options = fair_share_settings(config) if requests else None
+    if options is not None:
+        snapshot.fair_share = await (
+            fair_share.view(db, options, now)
+            if fair_share is not None
+            else fair_share_view(db, options, now)
+        )
     reasons = {row.id: row.pending_reason for row in pending}
     return snapshot, reasons

@@ -38,7 +38,6 @@ __all__ = [
     "BlobStore",
     "BlobTooLarge",
     "StoredBlob",
-    "blob_gc_loop",
     "collect_garbage",
     "collectable",
 ]
@@ -190,18 +189,3 @@ async def collect_garbage(
         deleted.append(digest)
     store.remove_stale_uploads(when, max(grace_s, STALLED_UPLOAD_S))
     return deleted
-
-
-async def blob_gc_loop(
-    store: BlobStore, db: SessionFactory, interval_s: float, grace_s: float
-) -> None:
-    """The gateway's own collection, every *interval_s* until cancelled."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            deleted = await collect_garbage(store, db, grace_s)
-        except Exception:
-            log.exception("blob garbage collection failed; trying again next interval")
-            continue
-        if deleted:
-            log.info("deleted %d unreferenced blob(s)", len(deleted))

@@ -41,6 +41,7 @@ from gateway.db.models import (
     User,
     new_id,
 )
+from gateway.db.retry import retry_conflicts
 from gateway.domain.autoscale import AutoscaleSettings
 from gateway.domain.endpoints import (
     EndpointCreate,
@@ -50,7 +51,7 @@ from gateway.domain.endpoints import (
     TokenCreate,
     parse_expiry,
 )
-from gateway.domain.errors import Conflict, Invalid, NotFound
+from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound
 from gateway.domain.requests import SessionCreate
 from gateway.domain.status import TERMINAL
 from gateway.endpoints.observe import Load, read_health, read_load
@@ -59,7 +60,15 @@ from gateway.outbox import Outbox
 from gateway.services.idempotency import replayed
 from gateway.services.sessions import SessionService
 
-__all__ = ["EndpointDetails", "EndpointService", "IssuedToken", "ReplicaView"]
+__all__ = [
+    "Endpoint",
+    "EndpointDetails",
+    "EndpointRevision",
+    "EndpointService",
+    "EndpointToken",
+    "IssuedToken",
+    "ReplicaView",
+]
 
 EVENTS_SHOWN = 20
 
@@ -95,6 +104,25 @@ def _hash(body: EndpointCreate) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+NOTHING_TO_SERVE = "nothing to serve: give a command (after --) or an image that runs its own"
+
+
+def _rolling_out(endpoint: Endpoint, why: str, now: datetime) -> None:
+    """A new target revision: DEPLOYING until the controller saw it roll out (never the
+    old revision's HEALTHY, which the answer would otherwise carry)."""
+    endpoint.failures = 0
+    endpoint.retry_at = None
+    endpoint.last_failure = ""
+    endpoint.status, endpoint.status_reason = "DEPLOYING", why
+    endpoint.updated_at = now
+
+
+def _created_reason(min_replicas: int) -> str:
+    if min_replicas == 0:
+        return "created; no replica starts until a request comes (min 0)"
+    return f"created; {min_replicas} replica(s) start shortly"
+
+
 class EndpointService:
     def __init__(self, db: SessionFactory, pool: ArqRedis, sessions: SessionService) -> None:
         self.db = db
@@ -108,10 +136,12 @@ class EndpointService:
     async def create(
         self, principal: Principal, body: EndpointCreate, idempotency_key: str | None
     ) -> tuple[Endpoint, bool]:
+        if not body.command and body.image is None:
+            raise Invalid(NOTHING_TO_SERVE, field="command")
         digest = _hash(body)
         try:
             async with self.db() as db, db.begin():
-                if idempotency_key:
+                if idempotency_key is not None:
                     replay = await replayed(db, Endpoint, principal, idempotency_key, digest)
                     if replay is not None:
                         return replay, False
@@ -127,7 +157,7 @@ class EndpointService:
                     autoscale=body.autoscale.model_dump(),
                     desired_replicas=body.autoscale.min_replicas,
                     status="DEPLOYING",
-                    status_reason="created; replicas start shortly",
+                    status_reason=_created_reason(body.autoscale.min_replicas),
                     idempotency_key=idempotency_key,
                     request_hash=digest,
                     created_at=now,
@@ -139,13 +169,18 @@ class EndpointService:
                 await db.flush()
                 db.add(EndpointRevision(endpoint_id=endpoint.id, number=1, **revision))
                 db.add(_event(endpoint, "created", f"created by {principal.name}", now))
-        except IntegrityError:
+        except (IntegrityError, JobgateError) as exc:
+            # a concurrent request with the same key may have committed since this one
+            # looked (its endpoint now has the key and the name): that one is the answer
+            if idempotency_key is None and not isinstance(exc, IntegrityError):
+                raise
             async with self.db() as db:
-                if idempotency_key:
+                if idempotency_key is not None:
                     replay = await replayed(db, Endpoint, principal, idempotency_key, digest)
                     if replay is not None:
                         return replay, False
-                await self._check_name(db, body.name)
+                if isinstance(exc, IntegrityError):  # a name another request took
+                    await self._check_name(db, body.name)
             raise
         await self._poke(endpoint.id)
         return endpoint, True
@@ -316,6 +351,10 @@ class EndpointService:
                 error = exc.errors()[0]
                 where = ".".join(str(p) for p in error["loc"])
                 raise Invalid(f"{where}: {error['msg']}", field=where) from None
+            if not spec.command and spec.image is None:  # well-formed, but with the current
+                raise Conflict(
+                    NOTHING_TO_SERVE + " (the current revision has no image)", field="command"
+                )
             values = await self._revision_values(db, principal, await _owner(db, endpoint), spec)
             number = (
                 await db.execute(
@@ -327,10 +366,7 @@ class EndpointService:
             now = await db_now(db)
             db.add(EndpointRevision(endpoint_id=endpoint.id, number=number, **values))
             endpoint.revision = number
-            endpoint.failures = 0
-            endpoint.retry_at = None
-            endpoint.last_failure = ""
-            endpoint.updated_at = now
+            _rolling_out(endpoint, f"rolling out revision {number}", now)
             db.add(
                 _event(
                     endpoint,
@@ -370,10 +406,7 @@ class EndpointService:
             now = await db_now(db)
             before = endpoint.revision
             endpoint.revision = to
-            endpoint.failures = 0
-            endpoint.retry_at = None
-            endpoint.last_failure = ""
-            endpoint.updated_at = now
+            _rolling_out(endpoint, f"rolling back to revision {to}", now)
             target.state = "active"
             db.add(
                 _event(
@@ -388,7 +421,22 @@ class EndpointService:
         return endpoint
 
     async def delete(self, principal: Principal, name: str) -> Endpoint:
-        outbox = Outbox()
+        """Mark *name* deleted and stop its replicas. The endpoint's row is locked before
+        its sessions (the event consumer goes the other way), so a deadlock's victim runs
+        again (:mod:`gateway.db.retry`)."""
+
+        async def attempt() -> tuple[Endpoint, Outbox]:
+            outbox = Outbox()
+            return await self._delete(principal, name, outbox), outbox
+
+        endpoint, outbox = await retry_conflicts(attempt, what=f"delete endpoint {name}")
+        await outbox.flush(self.pool)
+        await delete_endpoint_route(self.pool, name)
+        await self.pool.delete(endpoint_ready_key(endpoint.id), endpoint_wake_key(endpoint.id))
+        await self._poke(endpoint.id)
+        return endpoint
+
+    async def _delete(self, principal: Principal, name: str, outbox: Outbox) -> Endpoint:
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
             now = await db_now(db)
@@ -410,10 +458,6 @@ class EndpointService:
                     stop_reason=reason,
                     grace=self.sessions.settings.stop_grace_s,
                 )
-        await outbox.flush(self.pool)
-        await delete_endpoint_route(self.pool, name)
-        await self.pool.delete(endpoint_ready_key(endpoint.id), endpoint_wake_key(endpoint.id))
-        await self._poke(endpoint.id)
         return endpoint
 
     async def _locked(self, db: AsyncSession, principal: Principal, name: str) -> Endpoint:

@@ -308,9 +308,14 @@ class FolderFS:
             offset,
         )
 
-    def open_part(self, upload_id: str) -> int:
+    def open_part(self, upload_id: str, *, write: bool = True) -> int:
+        """A descriptor of the upload's part file: to append to, or to read its size."""
         _, part = self._upload_files(upload_id)
-        return os.open(part, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        flags = os.O_WRONLY | os.O_APPEND if write else os.O_RDONLY
+        try:
+            return os.open(part, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NotFound(f"no upload {upload_id!r} (finished, abandoned or never made)") from None
 
     def finish_upload(self, upload: Upload) -> None:
         """Move a complete upload into its folder (atomically; replaces a file there)."""

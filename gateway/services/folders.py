@@ -21,7 +21,6 @@ import asyncio
 import logging
 import posixpath
 import re
-import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,12 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from contract.folders import AUTOMOUNT_PREFIX, FOLDER_ID_PATTERN, is_automount, perm_allows
+from contract.folders import (
+    AUTOMOUNT_PREFIX,
+    FOLDER_ID_PATTERN,
+    is_automount,
+    perm_allows,
+)
 from gateway.auth import Principal
 from gateway.db.engine import SessionFactory
 from gateway.db.models import (
@@ -56,12 +60,9 @@ __all__ = [
     "FolderService",
     "FolderView",
     "automount_folders",
-    "upload_gc_loop",
 ]
 
 log = logging.getLogger(__name__)
-#: a resumable upload nobody appended to for this long is deleted (its quota freed)
-STALE_UPLOAD_S = 24 * 3600.0
 
 MOUNT_BASE = "/home/work"
 _ID = re.compile(FOLDER_ID_PATTERN)
@@ -142,6 +143,11 @@ class FolderService:
         if folder.owner_project_id is None:
             return False
         return await db.get(ProjectMember, (folder.owner_project_id, principal.user_id)) is not None
+
+    async def visible(self, principal: Principal, ref: str) -> None:
+        """Nothing if the caller can see the folder *ref* names; 404 otherwise."""
+        async with self.db() as db:
+            await self.resolve(db, principal, ref)
 
     async def resolve(
         self, db: AsyncSession, principal: Principal, ref: str, *, lock: bool = False
@@ -470,7 +476,7 @@ class FolderService:
                     "automount": False,
                 }
             )
-        if items:  # a folder moved to the trash meanwhile waits for this transaction
+        if items:  # one moved to the trash later is caught when the session is written
             ids = [item["id"] for item in items]
             trashed = await db.execute(
                 select(Folder.name)
@@ -531,16 +537,3 @@ class FolderService:
                     quota=limit,
                     used=used,
                 )
-
-
-async def upload_gc_loop(fs: FolderFS, interval_s: float, idle_s: float = STALE_UPLOAD_S) -> None:
-    """Delete abandoned partial uploads every *interval_s* until cancelled."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            removed = await asyncio.to_thread(fs.remove_stale_uploads, time.time(), idle_s)
-        except OSError:
-            log.exception("cleaning abandoned folder uploads failed; trying again next interval")
-            continue
-        if removed:
-            log.info("deleted %d abandoned folder upload(s)", removed)

@@ -13,24 +13,38 @@
 
 Starting is enqueueing: the session is inserted PENDING as ``POST /v1/sessions`` does,
 so the answer comes at once.
+
+Retention: ``prune_deliveries`` (every gateway process each minute, ``loops/pruning.py``)
+deletes the deliveries received more than ``JOBGATE_HOOK_DELIVERY_RETENTION_DAYS`` ago, in
+batches claimed ``SKIP LOCKED`` (a delivery id older than that is no longer known as seen).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal
+from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import HookDelivery, HookTrigger, JobTemplate, User
 from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound, Unauthenticated
-from gateway.domain.hooks import EVENT_FIELDS, BadPayload, HookEvent, parse_event, passes
+from gateway.domain.hooks import (
+    EVENT_FIELDS,
+    BadPayload,
+    HookEvent,
+    check_filters,
+    parse_event,
+    passes,
+)
 from gateway.domain.signatures import (
     BadSignature,
     new_secret,
@@ -41,7 +55,19 @@ from gateway.domain.signatures import (
 from gateway.domain.templates import TemplateRun
 from gateway.services.templates import TemplateService, find_template
 
-__all__ = ["HookAnswer", "HookService", "TriggerSpec"]
+__all__ = [
+    "HookAnswer",
+    "HookDelivery",
+    "HookService",
+    "HookTrigger",
+    "TriggerSpec",
+    "prune_deliveries",
+]
+
+log = logging.getLogger(__name__)
+#: retention: a prune deletes at most PRUNE_BATCHES batches
+PRUNE_BATCH = 500
+PRUNE_BATCHES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +99,9 @@ class HookService:
 
     # -- triggers ---------------------------------------------------------------------
     async def create(self, principal: Principal, spec: TriggerSpec) -> HookTrigger:
+        refused = check_filters(spec.source, spec.events, spec.branches)
+        if refused is not None:
+            raise Invalid(refused[1], field=refused[0])
         async with self.db() as db:
             try:
                 template = await find_template(db, principal, spec.template)
@@ -224,6 +253,34 @@ class HookService:
                 return seen
             raise
         return HookAnswer(verdict, detail, event.delivery, session_id)
+
+
+async def prune_deliveries(
+    db: SessionFactory, days: float, batch: int = PRUNE_BATCH, batches: int = PRUNE_BATCHES
+) -> int:
+    """Delete the deliveries received more than *days* ago (0: keep them forever).
+    Each batch is its own transaction of at most *batch* rows claimed ``SKIP LOCKED``;
+    at most *batches*, the rest next time. Returns how many it deleted."""
+    if days <= 0:
+        return 0
+    async with db() as session:
+        cutoff = await db_now(session) - timedelta(days=days)
+    old = (
+        select(HookDelivery.id)
+        .where(HookDelivery.created_at < cutoff)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+    )
+    deleted = 0
+    for _ in range(batches):
+        async with db() as session, session.begin():
+            ids = list((await session.execute(old)).scalars())
+            if ids:
+                await session.execute(delete(HookDelivery).where(HookDelivery.id.in_(ids)))
+        deleted += len(ids)
+        if len(ids) < batch:
+            break
+    return deleted
 
 
 async def _find(db: AsyncSession, principal: Principal, name: str) -> HookTrigger:

@@ -1,9 +1,14 @@
 """Session logs: append chunks from workers, read them whole, follow them live (SSE).
 
-Workers upload each stream's bytes with their byte offset. The gateway keeps, per
-kernel and stream, how many bytes it holds (``kernels.log_offsets``) and stores only
-what is new, so an upload repeated after a worker restart never duplicates output.
-Output past ``max_log_bytes`` per session is dropped, with one note saying so.
+Workers upload each stream's bytes with their byte offset and the kernel attempt that
+printed them. The gateway keeps, per kernel, attempt and stream, how many bytes it holds
+(``kernels.log_offsets``: ``{"<attempt>": {stream: bytes}}``) and stores only what is
+new, so an upload repeated after a worker restart never duplicates output. A superseded
+attempt's output (its node came back, or its worker was down meanwhile) is kept under
+that attempt; an attempt the gateway never placed is refused. Output past
+``max_log_bytes`` per attempt is dropped, with one note saying so.
+
+Readers see each kernel's latest attempt, or the one attempt they ask for.
 """
 
 from __future__ import annotations
@@ -41,22 +46,43 @@ class LogChunkIn:
     data: bytes
 
 
+#: (kernel, attempt, stream): one stream of output, its offsets from 0
+_Key = tuple[str, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempts:
+    """Which attempts a reader sees: the one asked for, or each kernel's latest (which,
+    for a follower, moves on when a newer attempt's output comes)."""
+
+    asked: int | None
+    latest: dict[str, int]  # kernel -> its latest attempt
+
+    def shows(self, kernel: str, attempt: int) -> bool:
+        if self.asked is not None:
+            return attempt == self.asked
+        if attempt < self.latest.get(kernel, 1):
+            return False  # a superseded attempt's: there is newer output
+        self.latest[kernel] = attempt
+        return True
+
+
 @dataclass(slots=True)
 class _Delivered:
     """What a reader has already shown, so entries from two sources are never repeated."""
 
-    offsets: dict[tuple[str, str], int]
+    offsets: dict[_Key, int]
     last_row: int = 0
 
 
 class _Decoders:
-    """Incremental UTF-8 decoding per (kernel, stream): a chunk may end mid-character."""
+    """Incremental UTF-8 decoding per stream: a chunk may end mid-character."""
 
     def __init__(self) -> None:
-        self._by_key: dict[tuple[str, str], codecs.IncrementalDecoder] = {}
+        self._by_key: dict[_Key, codecs.IncrementalDecoder] = {}
 
-    def decode(self, kernel: str, stream: str, data: bytes) -> str:
-        key = (kernel, stream)
+    def decode(self, kernel: str, attempt: int, stream: str, data: bytes) -> str:
+        key = (kernel, attempt, stream)
         decoder = self._by_key.get(key)
         if decoder is None:
             decoder = self._by_key[key] = codecs.getincrementaldecoder("utf-8")("replace")
@@ -90,9 +116,13 @@ class LogService:
             ).scalar_one_or_none()
             if kernel is None or kernel.session_id != session_id:
                 raise NotFound(f"no kernel {kernel_id} in session {session_id}")
-            if attempt is not None and attempt != kernel.attempt:  # fencing
-                raise NotFound(f"attempt {attempt} of kernel {kernel_id} was moved elsewhere")
-            offsets = {k: int(v) for k, v in kernel.log_offsets.items()}
+            attempt = kernel.attempt if attempt is None else attempt  # None: an older worker
+            if attempt > kernel.attempt:
+                raise NotFound(
+                    f"kernel {kernel_id} has no attempt {attempt} (its latest is {kernel.attempt})"
+                )
+            held = dict(kernel.log_offsets)
+            offsets = {k: int(v) for k, v in held.get(str(attempt), {}).items()}
             kept = sum(v for k, v in offsets.items() if not k.startswith("_"))
             now = await db_now(db)
             rows: list[SessionLog] = []
@@ -106,11 +136,12 @@ class LogService:
                 if kept + len(data) > self.max_bytes:
                     if not offsets.get("_truncated"):
                         offsets["_truncated"] = 1
-                        rows.append(_row(kernel, "system", 0, LIMIT_NOTE, now))
+                        rows.append(_row(kernel, attempt, "system", 0, LIMIT_NOTE, now))
                     continue
                 kept += len(data)
-                rows.append(_row(kernel, chunk.stream, start, data, now))
-            kernel.log_offsets = offsets
+                rows.append(_row(kernel, attempt, chunk.stream, start, data, now))
+            held[str(attempt)] = offsets
+            kernel.log_offsets = held
             db.add_all(rows)
             await db.flush()
             events = [(session_id, _log_event(r)) for r in rows]
@@ -119,35 +150,47 @@ class LogService:
 
     # -- read whole -------------------------------------------------------------------
     async def read(
-        self, principal: Principal, session_id: str, streams: set[str] | None
+        self,
+        principal: Principal,
+        session_id: str,
+        streams: set[str] | None,
+        attempt: int | None = None,
     ) -> list[dict[str, Any]]:
-        """All entries, decoded: ``[{"stream", "kernel", "data", "at"}]``."""
+        """All entries of each kernel's latest attempt, or of *attempt*, decoded:
+        ``[{"stream", "kernel", "attempt", "data", "at"}]``."""
         decoders = _Decoders()
         async with self.db() as db:
             await get_owned(db, principal, session_id)
-            rows = await _rows_after(db, session_id, 0)
+            which = await _attempts(db, session_id, attempt)
+            rows = await _rows_after(db, session_id, 0, which)
         return [
             {
                 "stream": r.stream,
                 "kernel": r.kernel_id,
-                "data": decoders.decode(r.kernel_id, r.stream, r.data),
+                "attempt": r.attempt,
+                "data": decoders.decode(r.kernel_id, r.attempt, r.stream, r.data),
                 "at": r.created_at.isoformat(),
             }
             for r in rows
-            if streams is None or r.stream in streams
+            if which.shows(r.kernel_id, r.attempt) and (streams is None or r.stream in streams)
         ]
 
     # -- follow (SSE) -----------------------------------------------------------------
-    async def follow(self, principal: Principal, session_id: str) -> AsyncIterator[str]:
-        """SSE frames: the current status, every log entry, status changes, then ``end``."""
+    async def follow(
+        self, principal: Principal, session_id: str, attempt: int | None = None
+    ) -> AsyncIterator[str]:
+        """SSE frames: the current status, every log entry, status changes, then ``end``.
+        Entries are those of each kernel's latest attempt (a new attempt's output, once
+        it comes, replaces the one before), or of *attempt* only."""
         cursor = await live.last_id(self.redis, session_id)
         async with self.db() as db:
             session = await get_owned(db, principal, session_id)
-            rows = await _rows_after(db, session_id, 0)
+            which = await _attempts(db, session_id, attempt)
+            rows = await _rows_after(db, session_id, 0, which)
         seen = _Delivered(offsets={})
         decoders = _Decoders()
         yield _sse("status", _status(session))
-        for frame in self._rows(rows, seen, decoders):
+        for frame in self._rows(rows, seen, decoders, which):
             yield frame
         status = SessionStatus(session.status)
         idle = 0.0
@@ -168,7 +211,7 @@ class LogService:
                 cursor = entry_id
                 kind = event.pop("type", None)
                 if kind == "log":
-                    live_frame = self._live_log(event, seen, decoders)
+                    live_frame = self._live_log(event, seen, decoders, which)
                     if live_frame:
                         yield live_frame
                 elif kind in ("status", "progress"):
@@ -177,9 +220,9 @@ class LogService:
                         status = SessionStatus(event["status"])
         # the worker uploads all output before it reports the exit: sweep for stragglers
         async with self.db() as db:
-            rows = await _rows_after(db, session_id, seen.last_row)
+            rows = await _rows_after(db, session_id, seen.last_row, which)
         final = await self._session(session_id)
-        for frame in self._rows(rows, seen, decoders):
+        for frame in self._rows(rows, seen, decoders, which):
             yield frame
         yield _sse(
             "end",
@@ -192,39 +235,45 @@ class LogService:
             return (await db.execute(select(Session).where(Session.id == session_id))).scalar_one()
 
     def _rows(
-        self, rows: Iterable[SessionLog], seen: _Delivered, decoders: _Decoders
+        self, rows: Iterable[SessionLog], seen: _Delivered, decoders: _Decoders, which: _Attempts
     ) -> Iterable[str]:
         for r in rows:
             seen.last_row = max(seen.last_row, r.id)
-            data = _unseen(seen, r.kernel_id, r.stream, r.offset, r.data)
+            if not which.shows(r.kernel_id, r.attempt):
+                continue
+            data = _unseen(seen, (r.kernel_id, r.attempt, r.stream), r.offset, r.data)
             if data:
-                yield _sse(
-                    "log",
-                    {
-                        "stream": r.stream,
-                        "kernel": r.kernel_id,
-                        "data": decoders.decode(r.kernel_id, r.stream, data),
-                    },
-                )
+                text = decoders.decode(r.kernel_id, r.attempt, r.stream, data)
+                yield _log_frame(r.kernel_id, r.attempt, r.stream, text)
 
-    def _live_log(self, event: dict[str, Any], seen: _Delivered, decoders: _Decoders) -> str | None:
+    def _live_log(
+        self, event: dict[str, Any], seen: _Delivered, decoders: _Decoders, which: _Attempts
+    ) -> str | None:
         seen.last_row = max(seen.last_row, int(event["row"]))
+        kernel, stream = str(event["kernel"]), str(event["stream"])
+        # (an event published before attempts were recorded is the kernel's latest's)
+        attempt = int(event.get("attempt") or which.latest.get(kernel, 1))
+        if not which.shows(kernel, attempt):
+            return None
         raw = base64.b64decode(event["data"])
-        data = _unseen(seen, event["kernel"], event["stream"], int(event["offset"]), raw)
+        data = _unseen(seen, (kernel, attempt, stream), int(event["offset"]), raw)
         if not data:
             return None
-        text = decoders.decode(event["kernel"], event["stream"], data)
-        return _sse("log", {"stream": event["stream"], "kernel": event["kernel"], "data": text})
+        return _log_frame(kernel, attempt, stream, decoders.decode(kernel, attempt, stream, data))
 
 
-def _unseen(seen: _Delivered, kernel: str, stream: str, offset: int, data: bytes) -> bytes:
+def _log_frame(kernel: str, attempt: int, stream: str, text: str) -> str:
+    return _sse("log", {"stream": stream, "kernel": kernel, "attempt": attempt, "data": text})
+
+
+def _unseen(seen: _Delivered, key: _Key, offset: int, data: bytes) -> bytes:
+    kernel, attempt, stream = key
     if stream == "system":
-        key = (kernel, f"system:{offset}:{len(data)}")
-        if key in seen.offsets:
+        note = (kernel, attempt, f"system:{offset}:{len(data)}")
+        if note in seen.offsets:
             return b""
-        seen.offsets[key] = 1
+        seen.offsets[note] = 1
         return data
-    key = (kernel, stream)
     end = seen.offsets.get(key, 0)
     if offset + len(data) <= end:
         return b""
@@ -232,10 +281,13 @@ def _unseen(seen: _Delivered, kernel: str, stream: str, offset: int, data: bytes
     return data[max(0, end - offset) :]
 
 
-def _row(kernel: Kernel, stream: str, offset: int, data: bytes, now: Any) -> SessionLog:
+def _row(
+    kernel: Kernel, attempt: int, stream: str, offset: int, data: bytes, now: Any
+) -> SessionLog:
     return SessionLog(
         session_id=kernel.session_id,
         kernel_id=kernel.id,
+        attempt=attempt,
         stream=stream,
         offset=offset,
         data=data,
@@ -248,6 +300,7 @@ def _log_event(row: SessionLog) -> dict[str, Any]:
         "type": "log",
         "row": row.id,
         "kernel": row.kernel_id,
+        "attempt": row.attempt,
         "stream": row.stream,
         "offset": row.offset,
         "data": base64.b64encode(row.data).decode(),
@@ -263,10 +316,27 @@ def _status(session: Session) -> dict[str, Any]:
     }
 
 
-async def _rows_after(db: AsyncSession, session_id: str, after: int) -> list[SessionLog]:
+async def _attempts(db: AsyncSession, session_id: str, asked: int | None) -> _Attempts:
+    """What a reader of *session_id* sees; 404 for an attempt it never had."""
+    query = select(Kernel.id, Kernel.attempt).where(Kernel.session_id == session_id)
+    latest = {kernel: attempt for kernel, attempt in (await db.execute(query)).all()}
+    last = max(latest.values(), default=1)
+    if asked is not None and asked > last:
+        raise NotFound(f"session {session_id} has no attempt {asked}: its latest is {last}")
+    return _Attempts(asked, latest)
+
+
+async def _rows_after(
+    db: AsyncSession, session_id: str, after: int, which: _Attempts
+) -> list[SessionLog]:
+    """The rows past row *after* that *which* may show (it picks among them)."""
     query = (
         select(SessionLog)
         .where(SessionLog.session_id == session_id, SessionLog.id > after)
         .order_by(SessionLog.id)
     )
+    if which.asked is not None:
+        query = query.where(SessionLog.attempt == which.asked)
+    elif which.latest:
+        query = query.where(SessionLog.attempt >= min(which.latest.values()))
     return list((await db.execute(query)).scalars())

@@ -7,39 +7,39 @@ cost of a transaction (BEGIN, COMMIT and its WAL flush, the statements' round tr
 shared by every request in it; a lone request is written at once, as before.
 
 A batch is all or nothing; when it fails (a name or an Idempotency-Key that a concurrent
-request took, a value the database refuses), each of its requests is written again
-alone, so only the one at fault sees the error.
+request took, a value the database refuses, a data folder moved to the trash since the
+request was checked), each of its requests is written again alone, so only the one at
+fault sees the error.
+
+The batch's data folders are locked first (``FOR SHARE``, in id order): a trash or purge
+of one of them (which locks it ``FOR UPDATE`` and then looks for live sessions that
+mount it) either waits for this commit and then sees the new sessions, or went first
+and is seen here - a create whose folder went to the trash fails with a 409 naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Executable, Table, insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Executable, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from gateway.db.clock import clock
 from gateway.db.engine import SessionFactory
-from gateway.db.models import (
-    Kernel,
-    Session,
-    SessionDependency,
-    SessionFolder,
-    StatusHistory,
-    new_id,
+from gateway.db.session_rows import history_row, kernel_rows
+from gateway.db.tables import (
+    DATA_FOLDERS,
+    DEPENDENCIES,
+    FOLDERS,
+    HISTORY,
+    KERNELS,
+    SESSIONS,
 )
-from gateway.domain.status import SessionStatus
+from gateway.domain.errors import Conflict
 
 __all__ = ["NewSessions", "SessionWriter"]
-
-SESSIONS = cast(Table, Session.__table__)
-HISTORY = cast(Table, StatusHistory.__table__)
-KERNELS = cast(Table, Kernel.__table__)
-DEPENDENCIES = cast(Table, SessionDependency.__table__)
-FOLDERS = cast(Table, SessionFolder.__table__)
 
 #: sessions per transaction (an array larger than this is still written whole, alone)
 MAX_BATCH_ROWS = 2000
@@ -107,6 +107,7 @@ class SessionWriter:
         params = [row for new in batch for row in new.rows]
         async with self.db() as session, session.begin():
             db = await session.connection()  # Core statements: no ORM bookkeeping
+            await _lock_folders(db, batch)
             stamped = await db.execute(
                 _insert_sessions(session), params if len(params) > 1 else params[0]
             )
@@ -119,8 +120,8 @@ class SessionWriter:
             for new in batch:
                 new.kernels = []
                 for row in new.rows:
-                    history.append(_history(row["id"], new.reason, row["created_at"]))
-                    new.kernels.extend(_kernels(row["id"], new.cluster_size, row["created_at"]))
+                    history.append(history_row(row["id"], new.reason, row["created_at"]))
+                    new.kernels.extend(kernel_rows(row["id"], new.cluster_size, row["created_at"]))
                     deps.extend({"session_id": row["id"], "depends_on_id": d} for d in new.deps)
                     folders.extend(
                         {"session_id": row["id"], "folder_id": f} for f in new.folder_ids
@@ -132,6 +133,31 @@ class SessionWriter:
                 await db.execute(insert(DEPENDENCIES), deps)
             if folders:
                 await db.execute(insert(FOLDERS), folders)
+
+
+async def _lock_folders(db: AsyncConnection, batch: list[NewSessions]) -> None:
+    """Lock the data folders the batch mounts; a request one of whose folders went to
+    the trash (or was purged) since it was checked fails (the batch is then written
+    again one request at a time: only that one fails)."""
+    ids = sorted({f for new in batch for f in new.folder_ids})
+    if not ids:
+        return
+    rows = await db.execute(
+        select(DATA_FOLDERS.c.id, DATA_FOLDERS.c.trashed_at)
+        .where(DATA_FOLDERS.c.id.in_(ids))
+        .order_by(DATA_FOLDERS.c.id)
+        .with_for_update(read=True)
+    )
+    usable = {folder_id for folder_id, trashed_at in rows if trashed_at is None}
+    for new in batch:
+        gone = [f for f in new.folder_ids if f not in usable]
+        if gone:
+            names = {f["id"]: f["name"] for f in new.rows[0]["folders"]["items"]}
+            raise Conflict(
+                f"folder {names.get(gone[0], gone[0])!r} was moved to the trash while "
+                "this session was being created",
+                field="folders",
+            )
 
 
 def _settle(done: asyncio.Future[None], exc: BaseException | None) -> None:
@@ -164,20 +190,3 @@ def _insert_sessions(db: AsyncSession) -> Executable:
             )
         )
     return statement
-
-
-def _history(session_id: str, reason: str, now: datetime) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "from_status": None,
-        "to_status": SessionStatus.PENDING,
-        "reason": reason,
-        "created_at": now,
-    }
-
-
-def _kernels(session_id: str, size: int, now: datetime) -> list[dict[str, Any]]:
-    return [
-        {"id": new_id(), "session_id": session_id, "cluster_idx": index, "updated_at": now}
-        for index in range(size)
-    ]

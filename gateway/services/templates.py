@@ -18,7 +18,7 @@ from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.templates import TemplateCreate, TemplateRun, param_env, session_request
 from gateway.services.sessions import Created, SessionService
 
-__all__ = ["TemplateService", "find_template"]
+__all__ = ["JobTemplate", "TemplateService", "find_template"]
 
 
 async def find_template(db: AsyncSession, principal: Principal, name: str) -> JobTemplate:

@@ -20,7 +20,14 @@ from gateway.db.models import Kernel, Project, Session, SessionDependency, Statu
 from gateway.domain.errors import NotFound
 from gateway.domain.status import SessionStatus
 
-__all__ = ["SessionDetails", "details", "details_many", "get_owned", "list_page"]
+__all__ = [
+    "SessionDetails",
+    "details",
+    "details_many",
+    "get_owned",
+    "list_page",
+    "published_apps",
+]
 
 
 @dataclass
@@ -44,6 +51,14 @@ async def get_owned(db: AsyncSession, principal: Principal, session_id: str) -> 
     if row is None:
         raise NotFound(f"no session {session_id}")
     return row
+
+
+async def published_apps(db: AsyncSession, session_id: str) -> set[str]:
+    """The apps whose ports the session's kernels have published."""
+    published: set[str] = set()
+    for (ports,) in await db.execute(select(Kernel.ports).where(Kernel.session_id == session_id)):
+        published.update(ports)
+    return published
 
 
 def _encode_cursor(created_at: datetime, session_id: str) -> str:

@@ -1,5 +1,5 @@
 """Outbound webhooks: subscriptions and their deliveries (the deliverer is
-``gateway/webhooks.py``).
+``gateway/loops/deliverer.py``).
 
 A webhook belongs to its creator. Without a project it receives the events of the
 creator's own sessions; with one, the events of every session of that project (the
@@ -21,9 +21,9 @@ from gateway.db.engine import SessionFactory
 from gateway.db.models import Project, ProjectMember, Webhook, WebhookDelivery, WebhookEvent
 from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
 from gateway.domain.signatures import new_secret
-from gateway.domain.webhooks import EVENT_TYPES, check_url
+from gateway.domain.webhooks import EVENT_TYPES, SCHEDULE_FROM, check_url
 
-__all__ = ["DeliveryView", "WebhookService"]
+__all__ = ["DeliveryView", "Webhook", "WebhookService"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,8 @@ class WebhookService:
             return [DeliveryView(d, t) for d, t in rows.all()]
 
     async def redeliver(self, principal: Principal, delivery_id: str) -> DeliveryView:
-        """Send a delivery again now, with a fresh retry schedule (same webhook-id)."""
+        """Send a delivery again now, with a fresh retry schedule (same webhook-id); its
+        attempt count goes on, so it always matches the codes in its log."""
         async with self.db() as db, db.begin():
             row = await db.get(WebhookDelivery, delivery_id, with_for_update=True)
             if row is None or row.webhook_id is None:
@@ -115,7 +116,7 @@ class WebhookService:
                 raise Conflict(f"the webhook is disabled: {hook.disabled_reason}")
             event = await db.get(WebhookEvent, row.event_id)
             row.status = "pending"
-            row.attempts = 0
+            row.log = row.log | {SCHEDULE_FROM: row.attempts}  # attempts keep counting
             row.next_attempt_at = await db_now(db)
             row.locked_until = None
             return DeliveryView(row, event.type if event else "")

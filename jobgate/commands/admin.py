@@ -1,4 +1,5 @@
-"""``jobgate admin``: users and keys, projects, resource policies, resource groups.
+"""``jobgate admin``: users and keys, projects, resource policies, resource groups, the
+audit log.
 
 ``policies set`` and ``groups set`` change only what is given (``PATCH``, a JSON merge
 patch) and print the object as it now is.
@@ -7,14 +8,18 @@ patch) and print the object as it now is.
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from jobgate.client import segment
+from jobgate.commands import config
 from jobgate.commands.common import OutputOpt, client, parse_bytes, parse_pairs
-from jobgate.render import Output, age, list_or_json, out, print_json, slots_text
+from jobgate.render import Output, age, list_or_json, out, print_json, slots_text, stamp
 
 app = typer.Typer(
     help="Administration (needs an admin key; `bootstrap` makes the first).", no_args_is_help=True
@@ -126,12 +131,12 @@ def users_key(
 
 @projects.command("ls")
 def projects_ls(output: OutputOpt = Output.table) -> None:
-    """Every project and its members."""
+    """Every project, its fair-share weight and its members."""
     list_or_json(
         client().get("/v1/projects"),
         output,
-        ["PROJECT", "MEMBERS"],
-        lambda p: [p["name"], ", ".join(p["members"]) or "-"],
+        ["PROJECT", "SHARE", "MEMBERS"],
+        lambda p: [p["name"], f"{p['share']:g}", ", ".join(p["members"]) or "-"],
     )
 
 
@@ -143,6 +148,22 @@ def projects_create(name: ProjectArg, output: OutputOpt = Output.table) -> None:
         print_json(created)
     else:
         out.print(f"project {name} created")
+
+
+@projects.command("share")
+def projects_share(
+    project: ProjectArg,
+    share: Annotated[
+        float, typer.Argument(help="Its weight in the fair-share sequencer, above 0.")
+    ],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Set a project's weight in the fair share sequencer (1 by default)."""
+    found = client().patch(f"/v1/projects/{segment(project)}", json={"share": share})
+    if output == Output.json:
+        print_json(found)
+    else:
+        out.print(f"project {project} has share {found['share']:g}")
 
 
 @projects.command("add-member")
@@ -299,7 +320,7 @@ app.add_typer(blobs, name="blobs")
 def blobs_gc(
     grace: Annotated[
         float | None,
-        typer.Option(help="keep unreferenced blobs younger than this many seconds"),
+        typer.Option(help="Keep unreferenced blobs younger than this many seconds."),
     ] = None,
 ) -> None:
     """Delete blobs no live session names, older than the grace period.
@@ -330,3 +351,64 @@ def blobs_gc(
     for digest in deleted:
         out.print(f"deleted {digest}")
     out.print(f"{len(deleted)} blob(s) deleted, {len(store.list())} kept")
+
+
+app.add_typer(config.app, name="config")
+
+
+_SINCE = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _since(value: str) -> str:
+    """``1h``, ``30m``, ``7d`` back from now, or a date or ISO 8601 time (UTC unless it
+    has an offset), as the API's RFC 3339."""
+    if match := _SINCE.fullmatch(value.strip()):
+        delta = timedelta(**{_UNITS[match[2]]: int(match[1])})
+        return (datetime.now(UTC) - delta).isoformat()
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is neither a duration (30m, 1h, 7d) nor a time (2026-11-23T14:00)",
+            param_hint="--since",
+        ) from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()
+
+
+@app.command("audit")
+def audit(
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's calls.")] = None,
+    action: Annotated[
+        str | None, typer.Option("--action", help="Only this operation id (sessions-create).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Only calls since: 30m, 1h, 7d, or a date or time (UTC)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most.")] = 100,
+    output: OutputOpt = Output.table,
+) -> None:
+    """The audit log, newest first: every state-changing call, who made it (user and
+    credential), what (its operation id and target), from where, and its answer."""
+    params: dict[str, str | int] = {"limit": limit}
+    for name, value in (("user", user), ("action", action)):
+        if value is not None:
+            params[name] = value
+    if since is not None:
+        params["from"] = _since(since)
+    page = client().get("/v1/audit", params=params)
+    list_or_json(
+        page["items"],
+        output,
+        ["TIME", "USER", "CREDENTIAL", "ACTION", "STATUS", "CLIENT", "TARGET"],
+        lambda e: [
+            stamp(e["at"]),
+            escape(e["user"] or "-"),
+            escape(e["credential"] or "-"),
+            escape(e["action"]),
+            str(e["status"]),
+            escape(e["client"] or "-"),
+            escape(e["target"] or "-"),
+        ],
+    )

@@ -1,4 +1,6 @@
-"""Shared CLI pieces: the client from the profile, KEY=VALUE parsing, the -o option."""
+"""Shared CLI pieces: the client from the profile, KEY=VALUE and comma-list parsing, the
+-o option, and the plain ``key  value`` and ``removed`` answers of templates, triggers
+and webhooks."""
 
 from __future__ import annotations
 
@@ -9,19 +11,31 @@ import typer
 
 from jobgate.client import ApiError, Client
 from jobgate.profile import Profile
-from jobgate.render import Output
+from jobgate.render import Output, err, print_json
 from plugins.resources import InvalidResource, parse_size
 
-__all__ = ["OutputOpt", "client", "close_clients", "parse_bytes", "parse_pairs"]
+__all__ = [
+    "NameArg",
+    "OutputOpt",
+    "client",
+    "close_clients",
+    "parse_bytes",
+    "parse_pairs",
+    "print_fields",
+    "print_removed",
+    "split_list",
+]
 
 OutputOpt = Annotated[
     Output,
     typer.Option(
         "--output",
         "-o",
-        help="table for people; json for scripts (lists are JSON lists, objects objects).",
+        help="Table for people; JSON for scripts (lists are JSON lists, objects objects).",
     ),
 ]
+
+NameArg = Annotated[str, typer.Argument(help="Its name.")]
 
 
 _open: list[Client] = []
@@ -56,3 +70,23 @@ def parse_bytes(value: str, what: str) -> int:
         return int(parse_size(value))
     except InvalidResource as exc:
         raise ApiError(0, "Usage", f"{what}: {exc.message}") from None
+
+
+def split_list(value: str | None) -> list[str]:
+    """``a, b,,c`` -> ``["a", "b", "c"]`` (a comma-separated option; none -> ``[]``)."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def print_fields(pairs: list[tuple[str, object]]) -> None:
+    """One ``key  value`` line a pair, the values aligned (a ``show`` for people)."""
+    width = max(len(k) for k, _ in pairs)
+    for key, value in pairs:
+        print(f"{key.ljust(width)}  {value}")
+
+
+def print_removed(name: str, output: Output, kind: str) -> None:
+    """What an ``rm`` answers: ``{"name": …, "removed": true}`` or ``deleted KIND NAME``."""
+    if output == Output.json:
+        print_json({"name": name, "removed": True})
+    else:
+        err.print(f"deleted {kind} {name}", markup=False)

@@ -27,7 +27,7 @@ app = typer.Typer(
 
 @app.command("export")
 def export_config(
-    file: Annotated[str, typer.Argument(help="where to write it (- for stdout)")],
+    file: Annotated[str, typer.Argument(help="Where to write it (- for stdout).")],
     output: OutputOpt = Output.table,
 ) -> None:
     """Write the configuration as JSON (API keys and other secrets are excluded)."""
@@ -49,7 +49,7 @@ def export_config(
 
 @app.command("import")
 def import_config(
-    file: Annotated[str, typer.Argument(help="a file `config export` wrote (- for stdin)")],
+    file: Annotated[str, typer.Argument(help="A file `config export` wrote (- for stdin).")],
     output: OutputOpt = Output.table,
 ) -> None:
     """Create or update what the file holds; what is already equal is left alone."""

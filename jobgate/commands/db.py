@@ -1,7 +1,7 @@
-"""``jobgate db backup FILE`` and ``jobgate db restore FILE [--force]`` (gateway/db/backup.py).
+"""``jobgate db``: ``upgrade [REVISION]`` (Alembic, gateway/db/migrate.py), ``backup FILE``
+and ``restore FILE [--force]`` (gateway/db/backup.py).
 
-Both read ``JOBGATE_DATABASE_URL`` (or the embedded SQLite in ``JOBGATE_DATA_DIR``),
-like ``jobgate db upgrade``; they are registered on the ``db`` group in ``jobgate/cli.py``.
+Each reads ``JOBGATE_DATABASE_URL`` (or the embedded SQLite in ``JOBGATE_DATA_DIR``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import typer
 
 from jobgate.render import err
 
-__all__ = ["backup", "restore"]
+__all__ = ["app", "backup", "restore", "upgrade"]
+
+app = typer.Typer(help="The database.", no_args_is_help=True)
 
 
 def _url() -> str:
@@ -23,8 +25,24 @@ def _url() -> str:
     return GatewaySettings().effective_database_url
 
 
+@app.command("upgrade")
+def upgrade(
+    revision: Annotated[str, typer.Argument(help="The Alembic revision to reach.")] = "head",
+) -> None:
+    """Apply the Alembic migrations to JOBGATE_DATABASE_URL (or the embedded SQLite)."""
+    from gateway.config import GatewaySettings
+    from gateway.db.migrate import upgrade as migrate
+
+    settings = GatewaySettings()
+    if not settings.database_url:  # the embedded SQLite file lives in the data dir
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate(settings.effective_database_url, revision)
+    typer.echo(f"database at revision {revision}")
+
+
+@app.command("backup")
 def backup(
-    file: Annotated[Path, typer.Argument(help="where to write the backup", dir_okay=False)],
+    file: Annotated[Path, typer.Argument(help="Where to write the backup.", dir_okay=False)],
 ) -> None:
     """A consistent copy of the database, taken while jobgate runs.
 
@@ -42,10 +60,11 @@ def backup(
     typer.echo(f"{where.kind} database backed up to {file} ({file.stat().st_size} bytes)")
 
 
+@app.command("restore")
 def restore(
-    file: Annotated[Path, typer.Argument(help="a file `jobgate db backup` wrote", exists=True)],
+    file: Annotated[Path, typer.Argument(help="A file `jobgate db backup` wrote.", exists=True)],
     force: Annotated[
-        bool, typer.Option("--force", help="replace a database that already holds data")
+        bool, typer.Option("--force", help="Replace a database that already holds data.")
     ] = False,
 ) -> None:
     """Put a backup into the database. Stop the gateway, schedulers and workers first.

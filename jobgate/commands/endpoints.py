@@ -262,7 +262,7 @@ def show(name: NameArg, output: OutputOpt = Output.table) -> None:
         ("image", cur["image"] or "-"),
         ("port", cur["port"]),
         ("replicas", f"{_ready(e)} ready (desired {e['desired_replicas']})"),
-        ("scale", _scale_text(e["autoscale"])),
+        ("scale", _scale_text(e)),
         ("load", f"{e['in_flight']} in flight, {e['queued']} queued, {e['rps']} req/s"),
         ("public", "yes" if e["public"] else "no (token or the owner's API key)"),
     ]
@@ -294,7 +294,8 @@ def show(name: NameArg, output: OutputOpt = Output.table) -> None:
             out.print(f"  {'':<19}  [dim]{escape(inputs)}[/]")
 
 
-def _scale_text(a: dict[str, Any]) -> str:
+def _scale_text(e: dict[str, Any]) -> str:
+    a = e["autoscale"]
     if a["min_replicas"] == a["max_replicas"]:
         return f"fixed at {a['min_replicas']}"
     target = (
@@ -302,7 +303,15 @@ def _scale_text(a: dict[str, Any]) -> str:
         if a.get("target_rps")
         else f"{a.get('target_concurrency') or 1} in flight per replica"
     )
-    return f"{a['min_replicas']}-{a['max_replicas']} on {target}"
+    text = f"{a['min_replicas']}-{a['max_replicas']} on {target}"
+    zero = e.get("to_zero_after_s")
+    if zero is not None:  # the delays add up: say the sum
+        idle = max(a["idle_to_zero_s"], a["stable_window_s"])
+        text += (
+            f"; zero about {zero:g}s after the last request "
+            f"({idle:g}s idle, then the {a['scale_down_delay_s']:g}s scale-down delay)"
+        )
+    return text
 
 
 @app.command("scale")
@@ -317,6 +326,13 @@ def scale(
 ) -> None:
     """A fixed count (--replicas) or an autoscaling range (--min/--max)."""
     body = _scale_body(replicas, min_, max_, target_concurrency, target_rps)
+    if not body:
+        raise ApiError(
+            0,
+            "Usage",
+            "nothing to change: give --replicas N, or --min N and/or --max M, "
+            "and optionally --target-concurrency C or --target-rps R",
+        )
     if "min_replicas" in body and body.get("min_replicas") == body.get("max_replicas"):
         body = {"replicas": body.pop("min_replicas")} | {
             k: v for k, v in body.items() if k != "max_replicas"
@@ -386,11 +402,15 @@ def rollback(
     to: Annotated[
         int | None, typer.Option("--to", help="This revision (default: the last ready).")
     ] = None,
+    wait: WaitOpt = False,
+    timeout: TimeoutOpt = 120.0,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Roll out an earlier revision again."""
+    """Roll out an earlier revision again (in the background; --wait to see it done)."""
+    api = client()
     body = {} if to is None else {"to": to}
-    _done(client().post(f"/v1/endpoints/{segment(name)}/rollback", json=body), output)
+    e = api.post(f"/v1/endpoints/{segment(name)}/rollback", json=body)
+    _done(_wait(api, name, e["revision"], timeout) if wait else e, output)
 
 
 @app.command("rm")

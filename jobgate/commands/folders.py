@@ -19,6 +19,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from contract.folders import STALE_UPLOAD_S
 from jobgate.client import ApiError, segment, segments
 from jobgate.commands.common import OutputOpt, client
 from jobgate.render import Output, age, err, list_or_json, out, print_json
@@ -29,6 +30,7 @@ app = typer.Typer(
     help="Data folders: storage that outlives sessions, mounted by name.", no_args_is_help=True
 )
 
+EXIT_CANCELLED = 130
 FolderArg = Annotated[str, typer.Argument(help="The folder's name (or id).")]
 
 
@@ -228,12 +230,21 @@ def put(
     total = sum(i.size for i in items)
     for link in skipped:
         err.print(f"jobgate: skipped {link} (links and special files are not sent)", markup=False)
-    with _bar(total, output == Output.json) as advance:
-        for item in items:
-            if item.is_dir:
-                api.post(f"/v1/folders/{segment(folder)}/mkdir", json={"path": item.remote})
-            else:
-                upload(api, folder, item, advance)
+    try:
+        with _bar(total, output == Output.json) as advance:
+            for item in items:
+                if item.is_dir:
+                    api.post(f"/v1/folders/{segment(folder)}/mkdir", json={"path": item.remote})
+                else:
+                    upload(api, folder, item, advance)
+    except KeyboardInterrupt:
+        err.print(
+            f"jobgate: interrupted; the gateway keeps what arrived for "
+            f"{STALE_UPLOAD_S / 3600:g} h: run the same `jobgate folders put` again "
+            "to send only the rest",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_CANCELLED) from None
     files = [i for i in items if not i.is_dir]
     if output == Output.json:
         print_json({"folder": folder, "files": [i.remote for i in files], "bytes": total})

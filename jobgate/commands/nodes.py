@@ -1,4 +1,4 @@
-"""``jobgate nodes ls|show``."""
+"""``jobgate nodes ls|show|drain|cordon|uncordon|revoke``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ import typer
 
 from jobgate.client import segment
 from jobgate.commands.common import OutputOpt, client
-from jobgate.render import Output, age, list_or_json, out, print_json, slots_text, stamp
+from jobgate.render import (
+    Output,
+    age,
+    list_or_json,
+    out,
+    print_json,
+    slots_text,
+    stamp,
+    value_text,
+)
 from plugins.resources import format_size
 
 app = typer.Typer(help="Nodes: capacity, allocation, devices, liveness.", no_args_is_help=True)
@@ -18,6 +27,8 @@ NodeArg = Annotated[str, typer.Argument(help="The node's id.")]
 
 
 def _state(n: dict[str, Any]) -> str:
+    if n["status"] == "disconnected":  # its worker restarts; its sessions run on
+        return "[yellow]disconnected[/]"
     if n["status"] != "ready":
         return f"[red]{n['status']}[/]"
     return n["admin_state"] if n["admin_state"] != "ready" else "[green]ready[/]"
@@ -67,7 +78,7 @@ def show(
         "fraction_enforcement",
         "runtime_detail",
     ):
-        out.print(f"[bold]{key:<21}[/] {n[key]}")
+        out.print(f"[bold]{key:<21}[/] {value_text(n.get(key))}")
     out.print(
         f"[bold]{'labels':<21}[/] {' '.join(f'{k}={v}' for k, v in n['labels'].items()) or '-'}"
     )
@@ -86,7 +97,7 @@ def show(
         )
         out.print(
             f"  device {d['id']}: {d['model']} {format_size(int(d['memory']))} "
-            f"numa {d.get('numa_node')} {d['slot']}={d['capacity']} {d['health']}{live}"
+            f"numa {value_text(d.get('numa_node'))} {d['slot']}={d['capacity']} {d['health']}{live}"
         )
 
 
@@ -114,3 +125,17 @@ def cordon(node: NodeArg, output: OutputOpt = Output.table) -> None:
 def uncordon(node: NodeArg, output: OutputOpt = Output.table) -> None:
     """Take sessions again."""
     _set_state(node, "uncordon", output)
+
+
+@app.command("revoke")
+def revoke(node: NodeArg, output: OutputOpt = Output.table) -> None:
+    """Refuse the node's own credential from now on (at once); it may join again with
+    the join token once its credential file is removed. Admins only."""
+    client().post(f"/v1/nodes/{segment(node)}/revoke")
+    if output == Output.json:
+        print_json({"node": node, "revoked": True})
+        return
+    out.print(
+        f"{node}: credential revoked (to let it back: remove "
+        f"DATA_DIR/worker/{node}/node-credential on it and restart its worker)"
+    )

@@ -1,9 +1,10 @@
 """``jobgate run``: submit a session, follow it live, exit with its exit code.
 
-Exit codes: the job's own for SUCCEEDED, FAILED and TERMINATED; 125 when the platform
-could not run it (ERROR, as ``docker run`` does); 130 when it was cancelled before it
-ran. Ctrl-C once asks the gateway to terminate the session and keeps following it to the
-end; twice leaves at once (the session is already being stopped).
+Exit codes: the job's own for SUCCEEDED, FAILED and TERMINATED (143, SIGTERM's, when
+Ctrl-C stopped it while it ran); 125 when the platform could not run it (ERROR, as
+``docker run`` does); 130 when it was cancelled before it ran (Ctrl-C while PENDING) or
+you left with a second Ctrl-C. Ctrl-C once asks the gateway to terminate the session
+and keeps following it to the end; twice leaves at once (the session is already being stopped).
 
 Only ``run`` in the foreground cancels on Ctrl-C; ``sessions logs -f`` only stops
 following. stdout carries the job's stdout (or, with ``-o json``, only the final session
@@ -28,11 +29,10 @@ from jobgate.commands.arrays import wait_array
 from jobgate.commands.common import OutputOpt, client, parse_pairs
 from jobgate.progress import Progress
 from jobgate.render import Output, between, duration, err, print_json, short_id
-from jobgate.workdir import send_working_dir
 
 APP_WAIT_S = 120.0
 
-__all__ = ["build_request", "follow_session", "run", "wait_for"]
+__all__ = ["DEFAULT_CPU", "DEFAULT_MEM", "build_request", "follow_session", "run", "wait_for"]
 
 EXIT_ERROR = 125
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"})
@@ -44,8 +44,13 @@ CommandArg = Annotated[
     list[str] | None, typer.Argument(help="The command and its arguments, after --.")
 ]
 ImageOpt = Annotated[str | None, typer.Option(help="Container image (default: the gateway's).")]
-CpuOpt = Annotated[str | None, typer.Option(help="Cores, e.g. 2 or 0.5.")]
-MemOpt = Annotated[str | None, typer.Option(help="Memory, e.g. 4g or 512m.")]
+#: what the gateway gives a session that asks for no cpu or memory
+#: (gateway/services/sessions/placement.py, ``Placement.defaults``)
+DEFAULT_CPU, DEFAULT_MEM = "0.5", "512MiB"
+CpuOpt = Annotated[str | None, typer.Option(help=f"Cores, e.g. 2 or 0.5 (default: {DEFAULT_CPU}).")]
+MemOpt = Annotated[
+    str | None, typer.Option(help=f"Memory, e.g. 4g or 512m (default: {DEFAULT_MEM}).")
+]
 ResourceOpt = Annotated[
     list[str],
     typer.Option("--resource", "-r", help="SLOT=VALUE, e.g. cuda.shares=0.5; repeatable."),
@@ -206,11 +211,13 @@ def follow_session(
     job_stdout: TextIO | None = None,
     on_running: Any = None,
     kernels: set[str] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Stream status and output until the session ends.
 
     Returns the exit code to use and the last ``end`` event (empty if there was none).
-    *kernels*: only these kernels' output (None: every kernel's).
+    *kernels*: only these kernels' output (None: every kernel's); *params*: more query
+    parameters of the logs request (``attempt``).
     With *cancel_on_interrupt* (``run``), Ctrl-C cancels the session; without it
     (``sessions logs -f``), Ctrl-C leaves and the session carries on.
     """
@@ -220,7 +227,7 @@ def follow_session(
     with guard(api, session_id, progress) as interrupts:
         try:
             for event, data in api.follow(
-                f"/v1/sessions/{segment(session_id)}/logs", follow="true"
+                f"/v1/sessions/{segment(session_id)}/logs", follow="true", **(params or {})
             ):
                 if event == "log":
                     if kernels is not None and data.get("kernel") not in kernels:
@@ -369,7 +376,7 @@ def run(
         typer.Option("--no-automount", help="Do not mount your dot-folders (.local, .cache ...)."),
     ] = False,
     priority: Annotated[
-        int | None, typer.Option(min=0, max=100, help="0 to 100; higher runs first.")
+        int | None, typer.Option(min=0, max=100, help="Higher runs first (default: 50).")
     ] = None,
     resource_group: Annotated[
         str | None, typer.Option("--group", help="Resource group to run in.")
@@ -423,9 +430,9 @@ def run(
         int | None,
         typer.Option(
             min=1,
-            max=64,
             help="Containers of the session (main1, sub1, ...); resources are per container. "
-            "Needs --cluster-mode.",
+            "At most the resource group's max_cluster_size (16 unless its config says "
+            "otherwise). Needs --cluster-mode.",
         ),
     ] = None,
     cluster_mode: Annotated[
@@ -455,8 +462,12 @@ def run(
     stdout holds only the final session as JSON (the job's output goes to stderr).
 
     Ctrl-C once cancels the session (it says so) and waits for it to end; Ctrl-C twice
-    leaves at once. Exit code: the job's own; 125 if the platform could not run it; 130
-    if it was cancelled before it ran or you left.
+    leaves at once.
+
+    Exit code: the job's own when it ran (SUCCEEDED, FAILED, TERMINATED); so 143 (SIGTERM)
+    when Ctrl-C stopped it while RUNNING; 130 when Ctrl-C cancelled it while it waited
+    (PENDING), or you left with a second Ctrl-C; 125 if the platform could not run it
+    (ERROR); 1 if the stream ended before the session did.
     """
     api = client()
     deps = [api.resolve_session(d) for d in depends_on]
@@ -484,6 +495,8 @@ def run(
         automount=not no_automount,
     )
     if working_dir is not None:
+        from jobgate.workdir import send_working_dir  # pathspec, tar: only when asked
+
         body["working_dir"] = send_working_dir(api, working_dir)
     if callback_url is not None:
         body["callback_url"] = callback_url

@@ -1,6 +1,6 @@
 """The long-running components: ``gateway serve``, ``scheduler run``, ``worker run``,
-``db upgrade``, ``proxy serve``. Each reads ``JOBGATE_*`` settings; the flags override
-the common ones."""
+``proxy serve``. Each reads ``JOBGATE_*`` settings; the flags override the common ones.
+(``jobgate db`` is commands/db.py.)"""
 
 from __future__ import annotations
 
@@ -22,14 +22,21 @@ S = TypeVar("S", bound=BaseSettings)
 _HINTS = {
     "proxy_secret": "it signs app links and cookies: use the gateway's value, "
     "16+ characters; `jobgate up` keeps its own in DATA_DIR/secrets.json",
-    "node_token": "workers present it to the gateway to report and ship logs; "
-    "set the same long random string on the gateway and every worker",
+    "join_token": "a worker presents it once to join and get the node's own credential; "
+    "set the same long random string on the gateway and every worker (the deprecated "
+    "JOBGATE_NODE_TOKEN is taken for it)",
 }
+
+
+def require_join_token(component: str, token: str) -> None:
+    """Refuse to start without a join token (JOBGATE_JOIN_TOKEN or JOBGATE_NODE_TOKEN)."""
+    if not token:
+        raise fail(component, f"JOBGATE_JOIN_TOKEN is not set ({_HINTS['join_token']})")
+
 
 gateway_app = typer.Typer(help="The API gateway.", no_args_is_help=True)
 scheduler_app = typer.Typer(help="The scheduler.", no_args_is_help=True)
 worker_app = typer.Typer(help="The node daemon.", no_args_is_help=True)
-db_app = typer.Typer(help="The database.", no_args_is_help=True)
 proxy_app = typer.Typer(help="The app proxy.", no_args_is_help=True)
 
 
@@ -113,7 +120,8 @@ def gateway_serve(
 
     logs.setup("gateway")
     settings = load_settings(GatewaySettings, "gateway")
-    require("gateway", settings, "node_token", "proxy_secret")
+    require_join_token("gateway", settings.effective_join_token)
+    require("gateway", settings, "proxy_secret")
     app = create_app(settings, run_events=not no_events)
     tune_gc()
     typer.echo(
@@ -138,7 +146,7 @@ def gateway_serve(
 def scheduler_run() -> None:
     """Place pending sessions on nodes (several schedulers may run at once)."""
     from gateway.config import GatewaySettings
-    from gateway.scheduler.runner import run_scheduler
+    from gateway.loops.scheduler_process import run_scheduler
 
     logs.setup("scheduler")
     settings = load_settings(GatewaySettings, "scheduler")
@@ -152,15 +160,23 @@ def scheduler_run() -> None:
 
 @worker_app.command("run")
 def worker_run(
-    runtime: Annotated[str | None, typer.Option(help="process | podman | sim")] = None,
-    node_id: Annotated[str | None, typer.Option(help="default: the hostname")] = None,
-    sim_nodes: Annotated[int | None, typer.Option(help="simulate this many nodes")] = None,
-    cpu: Annotated[str | None, typer.Option(help="cores to offer (default: all)")] = None,
-    mem: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option(
+            help="How sessions run: process, podman or sim (default: JOBGATE_WORKER_RUNTIME)."
+        ),
+    ] = None,
+    node_id: Annotated[
+        str | None, typer.Option(help="The node id (default: the hostname).")
+    ] = None,
+    sim_nodes: Annotated[int | None, typer.Option(help="Simulate this many nodes.")] = None,
+    cpu: Annotated[str | None, typer.Option(help="Cores to offer (default: all).")] = None,
+    mem: Annotated[str | None, typer.Option(help="Memory to offer (default: all).")] = None,
 ) -> None:
     """Run sessions on this node."""
     from workers.agent import Agent
     from workers.config import WorkerSettings
+    from workers.credential import JoinFailed, credential_path
 
     logs.setup("worker")
     overrides: dict[str, Any] = {
@@ -171,7 +187,8 @@ def worker_run(
         "worker_mem": mem,
     }
     settings = load_settings(WorkerSettings, "worker", **overrides).resolved()
-    require("worker", settings, "node_token")
+    if settings.sim_nodes > 0 or not credential_path(settings.data_dir, settings.node_id).exists():
+        require_join_token("worker", settings.effective_join_token)  # else it has joined
     if settings.worker_runtime == "podman" and settings.sim_nodes == 0:
         _check_podman()
     typer.echo(
@@ -187,7 +204,10 @@ def worker_run(
             loop.add_signal_handler(sig, stop.set)
         await Agent(settings).run(stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except JoinFailed as e:  # one line, not a traceback: a 409 says what to do
+        raise fail("worker", str(e)) from None
 
 
 def _check_podman() -> None:
@@ -208,25 +228,14 @@ def _check_podman() -> None:
     raise fail("worker", f"no Podman API answers at {socket}; {hint}")
 
 
-@db_app.command("upgrade")
-def db_upgrade(
-    revision: Annotated[str, typer.Argument(help="The Alembic revision to reach.")] = "head",
-) -> None:
-    """Apply the Alembic migrations to JOBGATE_DATABASE_URL (or the embedded SQLite)."""
-    from gateway.config import GatewaySettings
-    from gateway.db.migrate import upgrade
-
-    settings = GatewaySettings()
-    if not settings.database_url:  # the embedded SQLite file lives in the data dir
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    upgrade(settings.effective_database_url, revision)
-    typer.echo(f"database at revision {revision}")
-
-
 @proxy_app.command("serve")
 def proxy_serve(
-    host: Annotated[str | None, typer.Option(help="default: JOBGATE_PROXY_HOST")] = None,
-    port: Annotated[int | None, typer.Option(help="default: JOBGATE_PROXY_PORT")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: JOBGATE_PROXY_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on (default: JOBGATE_PROXY_PORT).")
+    ] = None,
 ) -> None:
     """Serve Jupyter, code-server, terminals and endpoints of sessions at stable URLs."""
     from appproxy.server import serve

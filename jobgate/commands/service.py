@@ -122,7 +122,7 @@ def env_template() -> str:
 # Every JOBGATE_* setting may go here; the units read it at start (systemctl restart ...).
 JOBGATE_DATABASE_URL=postgresql://jobgate:CHANGE-ME@127.0.0.1:5432/jobgate
 JOBGATE_REDIS_URL=redis://:CHANGE-ME@127.0.0.1:6379/0
-JOBGATE_NODE_TOKEN={secrets.token_urlsafe(32)}
+JOBGATE_JOIN_TOKEN={secrets.token_urlsafe(32)}
 JOBGATE_PROXY_SECRET={secrets.token_urlsafe(32)}
 JOBGATE_GATEWAY_URL=http://127.0.0.1:8420
 JOBGATE_PROXY_PUBLIC_URL=http://127.0.0.1:8421
@@ -154,15 +154,15 @@ def _write_env(path: Path) -> bool:
 
 @app.command("install")
 def install(
-    component: Annotated[Component, typer.Argument(help="gateway | scheduler | worker | proxy")],
-    user: Annotated[bool, typer.Option("--user", help="a user unit (no root needed)")] = False,
+    component: Annotated[Component, typer.Argument(help="The component to install.")],
+    user: Annotated[bool, typer.Option("--user", help="A user unit (no root needed).")] = False,
     unit_dir: Annotated[
-        Path | None, typer.Option("--dir", help="where units go (default: systemd's)")
+        Path | None, typer.Option("--dir", help="Where units go (default: systemd's).")
     ] = None,
-    env_file: Annotated[Path | None, typer.Option(help="the settings file the units read")] = None,
-    run_as: Annotated[str, typer.Option(help="the account of a system unit")] = "jobgate",
+    env_file: Annotated[Path | None, typer.Option(help="The settings file the units read.")] = None,
+    run_as: Annotated[str, typer.Option(help="The account of a system unit.")] = "jobgate",
     executable: Annotated[
-        str | None, typer.Option("--exec", help="the jobgate program (default: this one)")
+        str | None, typer.Option("--exec", help="The jobgate program (default: this one).")
     ] = None,
 ) -> None:
     """Write the systemd unit of a component and, once, its environment file."""

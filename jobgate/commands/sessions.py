@@ -7,11 +7,10 @@ import time
 from enum import StrEnum
 from typing import Annotated, Any
 
-import click
 import typer
 
 from gateway.domain.status import SessionStatus
-from jobgate.client import segment
+from jobgate.client import ApiError, segment
 from jobgate.commands.common import OutputOpt, client
 from jobgate.commands.run import (
     CommandArg,
@@ -48,6 +47,7 @@ SessionArg = Annotated[str, typer.Argument(help="Session id, unique id prefix, o
 class SessionType(StrEnum):
     batch = "batch"
     interactive = "interactive"
+    inference = "inference"  # an endpoint's replicas (docs/endpoints.md)
 
 
 def _reason(s: dict[str, Any], short: bool = False) -> str:
@@ -165,7 +165,7 @@ def show(session: SessionArg, output: OutputOpt = Output.table) -> None:
     for h in s.get("history") or []:
         before = h["from_status"] or "-"
         out.print(
-            f"  {stamp(h['at'])}  {before:>11} → {status_text(h['to_status'])}  {h['reason']}"
+            f"  {stamp(h['at'])}  {before:>11} → {status_text(h['to_status'])}  {h['reason'] or ''}"
         )
 
 
@@ -187,22 +187,31 @@ def logs(
             help="A cluster session's container: main1 (the default), sub1, ... or all.",
         ),
     ] = None,
+    attempt: Annotated[
+        int | None,
+        typer.Option(
+            "--attempt",
+            min=1,
+            help="The output of this attempt (a session runs again when its node is lost); "
+            "default: the latest.",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Output of a session (its stdout to stdout, its stderr to stderr)."""
     api = client()
     session_id = api.resolve_session(session)
     wanted = _kernel_ids(api.get(f"/v1/sessions/{segment(session_id)}"), kernel)
+    which = {} if attempt is None else {"attempt": attempt}
     if follow:
         code, _ = follow_session(
-            api, session_id, cancel_on_interrupt=False, quiet=True, kernels=wanted
+            api, session_id, cancel_on_interrupt=False, quiet=True, kernels=wanted, params=which
         )
         if code == 130:
             raise typer.Exit(code)
         return
-    entries = api.get(f"/v1/sessions/{segment(session_id)}/logs", params={"format": "json"})[
-        "items"
-    ]
+    path = f"/v1/sessions/{segment(session_id)}/logs"
+    entries = api.get(path, params={"format": "json", **which})["items"]
     if wanted is not None:
         entries = [e for e in entries if e.get("kernel") in wanted]
     if output == Output.json:
@@ -287,7 +296,7 @@ def create(
 def commit(
     session: SessionArg,
     image: Annotated[
-        str, typer.Option("--image", help="name:tag of the new private image, e.g. me/env:1")
+        str, typer.Option("--image", help="The name:tag of the new private image, e.g. me/env:1.")
     ],
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="Wait until the image is pushed.")
@@ -306,12 +315,12 @@ def commit(
     deadline = time.monotonic() + timeout
     while wait and found["state"] == "committing":
         if time.monotonic() > deadline:
-            raise click.ClickException(f"{found['name']} is still committing after {timeout:g} s")
+            raise ApiError(0, "Failed", f"{found['name']} is still committing after {timeout:g} s")
         time.sleep(0.5)
         images = {i["name"]: i for i in api.get("/v1/images")}
         found = images.get(found["name"], {**found, "state": "failed", "detail": "it vanished"})
     if found["state"] == "failed":
-        raise click.ClickException(f"commit to {found['name']} failed: {found['detail']}")
+        raise ApiError(0, "Failed", f"commit to {found['name']} failed: {found['detail']}")
     if output == Output.json:
         print_json(found)
     else:

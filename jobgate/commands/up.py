@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from gateway.config import default_data_dir
+from jobgate.errors import ApiError
 from jobgate.profile import profile_path
 from jobgate.stack import Stack, StackError
 
@@ -22,25 +23,34 @@ class RuntimeChoice(StrEnum):
 
 def up(
     data_dir: Annotated[
-        Path, typer.Option(help="all state: database, logs, secrets")
+        Path, typer.Option(help="All state: database, logs, secrets.")
     ] = default_data_dir(),
-    port: Annotated[int, typer.Option(help="gateway port")] = 8420,
-    proxy_port: Annotated[int, typer.Option(help="app proxy port")] = 8421,
-    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="The gateway's port.")] = 8420,
+    proxy_port: Annotated[int, typer.Option(min=1, max=65535, help="The app proxy's port.")] = 8421,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
     runtime: Annotated[
-        RuntimeChoice, typer.Option(help="auto: podman when its socket answers, else process")
+        RuntimeChoice, typer.Option(help="auto: podman when its socket answers, else process.")
     ] = RuntimeChoice.auto,
     image: Annotated[
         str,
         typer.Option(
-            help="default image of sessions that name none (podman only; "
-            "default: localhost/jobgate-python:3.11 when present, else python:3.11-slim)"
+            help="The default image of sessions that name none (podman only; "
+            "default: localhost/jobgate-python:3.11 when present, else python:3.11-slim)."
         ),
     ] = "",
 ) -> None:
-    """Start gateway, scheduler, a worker and the app proxy here; Ctrl-C stops them all."""
+    """Start the whole stack on this machine: gateway, scheduler, a worker, app proxy.
+
+    Ctrl-C (or SIGTERM) stops it. Running sessions are terminated, their reason
+    "jobgate up stopped"; it first says how many. A second Ctrl-C stops at once.
+    """
+    if port == proxy_port:
+        raise ApiError(
+            0, "Usage", f"--port and --proxy-port are both {port}; give each its own port"
+        )
     data_dir = data_dir.expanduser().resolve()
     typer.echo(f"jobgate up: state in {data_dir}")
+    _warn_collisions()
     stack = Stack(
         data_dir=data_dir,
         port=port,
@@ -63,10 +73,23 @@ def up(
     except KeyboardInterrupt:
         code = 0
     finally:
-        typer.echo("jobgate up: stopping…")
-        stack.stop()
-        typer.echo("jobgate up: stopped")
+        if stack.components:
+            stack.stop()
+            typer.echo("jobgate up: stopped")
     raise typer.Exit(code)
 
 
 __all__ = ["profile_path", "up"]
+
+
+def _warn_collisions() -> None:
+    """Say so when another distribution installs one of jobgate's top-level packages (its
+    files and ours share one folder; docs/developing.md "Installed names")."""
+    from jobgate.installed import collisions
+
+    for name, others in collisions().items():
+        typer.echo(
+            f"jobgate up: warning: {', '.join(others)} also installs a top-level "
+            f"{name!r} package; give jobgate a virtualenv of its own (pipx install jobgate)",
+            err=True,
+        )

@@ -50,6 +50,7 @@ __all__ = [
     "LogChunk",
     "NetworkRuntime",
     "ProgressCallback",
+    "RegistryUnreachable",
     "Runtime",
     "RuntimeContext",
     "RuntimeFailure",
@@ -80,6 +81,21 @@ class ImageNotFound(RuntimeFailure):
     def __init__(self, image: str, detail: str = "") -> None:
         super().__init__(f"image not found: {image}" + (f" ({detail})" if detail else ""))
         self.image = image
+
+
+class RegistryUnreachable(ImageNotFound):
+    """The image is not here and its registry cannot be reached (no network, a name
+    that does not resolve, a refused or timed-out connection). Final, as ImageNotFound:
+    the message says which, so nobody goes looking for a typo in the image's name."""
+
+    def __init__(self, image: str, registry: str, detail: str = "") -> None:
+        RuntimeFailure.__init__(
+            self,
+            f"registry unreachable: {registry} (pulling {image})"
+            + (f" ({detail})" if detail else ""),
+        )
+        self.image = image
+        self.registry = registry
 
 
 class CommitUnsupported(RuntimeFailure):
@@ -219,6 +235,9 @@ class ExitStatus:
     exit_code: int
     oom_killed: bool = False
     reason: str | None = None  # e.g. "out of memory (limit 64MiB)", "killed by signal 9"
+    #: when it ended (epoch seconds), where the runtime recorded it: a kernel that ended
+    #: while no worker ran is reported with its real end, not the restart's moment
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from plugins.runtimes.base import (
     RuntimeFailure,
     RuntimeInfo,
 )
+from plugins.runtimes.shim import FENCED
 
 __all__ = ["ProcessRuntime"]
 
@@ -163,15 +164,23 @@ class ProcessRuntime:
         raise RuntimeFailure(f"the process supervisor did not start the command in {timeout}s")
 
     async def list_kernels(self) -> list[KernelHandle]:
+        """The kernels here, for a worker that starts (called before it starts any).
+
+        A start no shim claimed yet (the worker was killed between writing ``spec.json``
+        and the shim creating ``shim.pid``) is fenced: this writes ``shim.pid`` first, so
+        a late shim finds it taken and runs nothing, and the kernel is listed as never
+        started (the worker removes it and starts that attempt once more)."""
         out = []
         for spec_file in sorted(self.root.glob("*/spec.json")):
             try:
                 meta = json.loads(spec_file.read_text())
                 labels = meta["labels"]
-                shim = int((spec_file.parent / "shim.pid").read_text())
             except (OSError, ValueError, KeyError):
                 continue
             if labels.get("jobgate.node") != self.context.node_id:
+                continue
+            shim = await _shim_pid(spec_file.parent)
+            if shim is None:
                 continue
             out.append(
                 KernelHandle(
@@ -181,6 +190,7 @@ class ProcessRuntime:
                     ports={str(k): int(v) for k, v in meta.get("ports", {}).items()},
                     started_at=float(meta.get("started_at", 0.0)),
                     exited=(spec_file.parent / "exit").exists(),
+                    started=shim > 0,
                 )
             )
         return out
@@ -191,12 +201,14 @@ class ProcessRuntime:
         except (OSError, ValueError):
             return None
         code = int(raw["exit_code"])
+        at = raw.get("at")
+        ended_at = float(at) if isinstance(at, int | float) else None
         reason = None
         if raw.get("signal"):
             reason = f"killed by signal {raw['signal']} ({signal.Signals(raw['signal']).name})"
         elif raw.get("error"):
             reason = f"could not run the command: {raw['error']}"
-        return ExitStatus(exit_code=code, reason=reason)
+        return ExitStatus(exit_code=code, reason=reason, ended_at=ended_at)
 
     async def wait(self, handle: KernelHandle) -> ExitStatus:
         kdir = self._kdir(handle.kernel_id)
@@ -261,6 +273,36 @@ class ProcessRuntime:
 
     async def close(self) -> None:
         """Nothing to release: shims belong to no worker."""
+
+
+async def _shim_pid(kdir: Path) -> int | None:
+    """The pid of the kernel's shim; 0 if no shim claimed it (it is fenced now, see
+    :meth:`ProcessRuntime.list_kernels`); None if unreadable."""
+    path = kdir / "shim.pid"
+    if claim_for_nobody(path):
+        return 0
+    for _ in range(100):  # a shim that just created it writes its pid at once
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            return None
+        if text == FENCED:
+            return 0
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+        await asyncio.sleep(0.01)
+    return None
+
+
+def claim_for_nobody(path: Path) -> bool:
+    """Create *path* holding :data:`FENCED` if no shim created it (True if so)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(FENCED)
+    return True
 
 
 def _alive(pid: int) -> bool:

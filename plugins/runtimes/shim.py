@@ -1,8 +1,9 @@
 """The process runtime's supervisor: ``python -m plugins.runtimes.shim KDIR -- CMD...``.
 
 Like conmon for Podman, it detaches (double fork, new session) and outlives the worker
-that started it. It writes its own pid to ``KDIR/shim.pid`` and runs CMD in its own
-process group with the environment in ``KDIR/env.json``, its stdout and stderr appended
+that started it. It claims the attempt by creating ``KDIR/shim.pid`` (its pid; only if
+that file does not exist, see :func:`claim`) and runs CMD in its own process group
+with the environment in ``KDIR/env.json``, its stdout and stderr appended
 to ``KDIR/stdout`` and ``KDIR/stderr``; it writes the child's pid to ``KDIR/pid`` and,
 when the child ends, its exit status to ``KDIR/exit`` (a temporary file renamed into
 place, so a reader never sees half of it). A worker that was killed and restarted finds
@@ -24,7 +25,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["main", "write_exit"]
+__all__ = ["FENCED", "claim", "main", "write_exit"]
+
+#: what a restarted worker writes to ``shim.pid`` of a start no shim claimed yet
+FENCED = "fenced"
 
 
 def write_exit(kdir: Path, code: int, signum: int | None = None, error: str | None = None) -> None:
@@ -33,6 +37,19 @@ def write_exit(kdir: Path, code: int, signum: int | None = None, error: str | No
         json.dumps({"exit_code": code, "signal": signum, "error": error, "at": time.time()})
     )
     os.replace(tmp, kdir / "exit")
+
+
+def claim(kdir: Path) -> bool:
+    """Take the attempt: create ``KDIR/shim.pid`` holding this pid, only if it does not
+    exist. A worker restarted before the file appeared fences the start the same way
+    (:data:`FENCED`), so a start it repeats never runs beside this one."""
+    try:
+        fd = os.open(kdir / "shim.pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:  # there already (fenced, or taken), or the directory is gone
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(str(os.getpid()))
+    return True
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +63,12 @@ def main(argv: list[str]) -> int:
     if os.fork() > 0:
         os._exit(0)
     os.setsid()
-    (kdir / "shim.pid").write_text(str(os.getpid()))
+    try:
+        env = json.loads((kdir / "env.json").read_text())
+    except (OSError, ValueError):
+        return 0  # its directory is gone (the attempt was given up on): run nothing
+    if not claim(kdir):
+        return 0  # a restarted worker gave up on this start, or another shim runs it
     # the worker signals the child's process group; the shim itself keeps running to
     # record the exit status (a Python handler, unlike SIG_IGN, is reset by exec)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -55,7 +77,6 @@ def main(argv: list[str]) -> int:
         open(kdir / "stdout", "ab", buffering=0) as out,
         open(kdir / "stderr", "ab", buffering=0) as err,
     ):
-        env = json.loads((kdir / "env.json").read_text())
         try:
             child = subprocess.Popen(
                 command,

@@ -64,6 +64,10 @@ DEFAULT_FILTERS = (
     "fraction-enforcement",
     "fits",
 )
+#: the floors of a group's min_cpu and min_mem: the smallest CPU quota the kernel takes
+#: (1 ms per 100 ms period) and the smallest memory limit Podman starts a container under
+MIN_CPU = Decimal("0.01")
+MIN_MEM = 6 * 1024 * 1024
 #: the filter every pipeline has (without it nodes are over-committed)
 REQUIRED_FILTER = "fits"
 #: a decimal number above 0 written as a string: digits, one optional fraction
@@ -77,6 +81,21 @@ Quantum = Annotated[
             "anyOf": [
                 {"type": "number", "exclusiveMinimum": 0},
                 {"type": "string", "pattern": POSITIVE_DECIMAL},
+            ]
+        },
+        mode="validation",
+    ),
+]
+
+#: ``min_cpu``: as a Quantum, at least MIN_CPU (0.01)
+AT_LEAST_MIN_CPU = r"^(?:[0-9]*[1-9][0-9]*(?:\.[0-9]+)?|0+\.(?:[1-9]|0[1-9])[0-9]*)$"
+MinCpu = Annotated[
+    Decimal,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": float(MIN_CPU)},
+                {"type": "string", "pattern": AT_LEAST_MIN_CPU},
             ]
         },
         mode="validation",
@@ -140,6 +159,11 @@ class SchedulerConfig(BaseModel):
     #: times a batch session is placed again after its node was lost, when the session
     #: does not say (None: the gateway's ``max_retries``; docs/node-loss.md)
     max_retries: int | None = Field(default=None, ge=0, le=100)
+    #: the least cpu (cores) and mem (bytes) one container may ask for; less is refused
+    #: at submit. A container's limits are what it reserved, and the floors are what a
+    #: runtime can enforce: a CFS quota of 1 ms per 100 ms, Podman's 6 MiB
+    min_cpu: MinCpu = Field(default=MIN_CPU, ge=MIN_CPU)
+    min_mem: int = Field(default=MIN_MEM, ge=MIN_MEM, le=2**53)
     #: containers one cluster session may ask for (docs/cluster-sessions.md)
     max_cluster_size: int = Field(default=16, ge=1, le=64)
     #: the cluster modes this group allows
@@ -160,7 +184,7 @@ class SchedulerConfig(BaseModel):
     def _one_name(cls, value: object) -> object:
         return _name_only(value)
 
-    @field_validator("share_quantum", mode="before")
+    @field_validator("share_quantum", "min_cpu", mode="before")
     @classmethod
     def _plain_decimal(cls, value: object) -> object:
         # made a Decimal here: strict validation would not convert what this returns

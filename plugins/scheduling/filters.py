@@ -210,6 +210,7 @@ class FitsFilter:
 
     name: ClassVar[str] = "fits"
     static: ClassVar[bool] = False
+    node_local: ClassVar[bool] = True  # reads only the node's free room and devices
     Settings: ClassVar[type[BaseModel]] = NoSettings
 
     def __init__(self, settings: BaseModel) -> None:

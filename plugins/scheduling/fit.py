@@ -2,7 +2,7 @@
 
 Nomad ranks nodes and applies plans with the same ``AllocsFit``; here the planner's
 ``fits`` filter and search (integer units, :mod:`.slots`) and the applier's node
-ledger (Decimals, ``gateway/scheduler/allocation.py``) call these functions, so the
+ledger (Decimals, ``gateway/db/allocation.py``) call these functions, so the
 two can never disagree about a node (``tests/unit/gateway/scheduler/test_fit_agreement.py``
 checks it with random nodes and requests):
 

@@ -54,6 +54,25 @@ class _Guarded:
 class GuardedSequencer(_Guarded):
     kind = "sequencer"
 
+    def __init__(self, plugin: Any) -> None:
+        super().__init__(plugin)
+        #: optional: the planner hands the whole queue as one band (not per priority)
+        self.whole_queue = bool(getattr(plugin, "whole_queue", False))
+        #: optional ``explain(request, ctx) -> str | None``: words added to a waiting
+        #: session's reason (why others went first)
+        self.explains = callable(getattr(plugin, "explain", None))
+
+    def explain(self, request: SessionRequest, ctx: PassContext) -> str | None:
+        if not self.explains:
+            return None
+        try:
+            note = self.plugin.explain(request, ctx)
+        except SchedulerError:
+            raise
+        except Exception as exc:
+            raise self._failed(exc) from exc
+        return str(note) if note else None
+
     def order(self, band: list[SessionRequest], ctx: PassContext) -> Iterator[SessionRequest]:
         try:  # the order is lazy: the plugin's code runs as it is iterated
             yield from self.plugin.order(band, ctx)

@@ -21,9 +21,11 @@ the gateway logs that and tries again next tick (see :mod:`.errors`).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from itertools import groupby
+from operator import attrgetter
 
 from plugins.resources import ResourceSlots
 from plugins.scheduling import reasons as r
@@ -46,12 +48,26 @@ from plugins.scheduling.types import (
 __all__ = ["plan"]
 
 _ONE = Decimal(1)
+_UNCHECKED = "unchecked"  # compared by identity: no verdict yet
 
 
 def plan(snapshot: Snapshot) -> Plan:
-    """Decide, for every pending session of *snapshot*, placement, waiting or cancel."""
+    """Decide, for every pending session of *snapshot*, placement, waiting or cancel.
+
+    The cyclic garbage collector is paused for the pass: a pass allocates hundreds of
+    thousands of small objects and frees them by reference counting (it makes no
+    cycles), while each collection it would trigger walks the whole process heap - a
+    quarter of the pass's time on the benchmark's cluster (docs/performance.md).
+    """
     pipeline = pipeline_for(snapshot.config)
-    return _Pass(pipeline, snapshot).run()
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _Pass(pipeline, snapshot).run()
+    finally:
+        if paused:
+            gc.enable()
 
 
 class _Placer:
@@ -96,7 +112,7 @@ class _Placer:
 
     def undo(self) -> None:
         while self.held:
-            Search.release(self.held.pop())
+            self.search.release(self.held.pop())
         if self.cursor is not None:
             self.shape.cursor = self.cursor
 
@@ -107,7 +123,7 @@ class _Pass:
         self.snapshot = snapshot
         self.result = Plan()
         self.current: str | None = None  # the session being decided, for errors
-        self.blocker: SessionRequest | None = None
+        self.blocked: str | None = None  # why sessions wait behind a blocking one
         self.shapes: dict[Hashable, Shape] = {}
 
     def run(self) -> Plan:
@@ -131,7 +147,7 @@ class _Pass:
                 pending.append(request)
             else:
                 self._wait(request, r.INVALID, f"invalid request: {why}")
-        self._prepare(pending)
+        self._prepare(pending, [slots for slots, why in checked.items() if why is None])
         queue = sorted(pending, key=lambda s: (-s.priority, utc(s.created_at), s.id))
         limit = self.pipeline.config.max_sessions_per_pass
         if limit is not None and len(queue) > limit:
@@ -143,13 +159,21 @@ class _Pass:
                     f"a pass looks at the first {limit}",
                 )
             queue = queue[:limit]
+        if self.pipeline.sequencer.whole_queue:
+            self._band(queue)  # a sequencer that weighs priority itself (fair-share)
+            return
         for _, band in groupby(queue, key=lambda s: s.priority):
             self._band(list(band))
 
-    def _prepare(self, pending: list[SessionRequest]) -> None:
+    def _prepare(
+        self, pending: list[SessionRequest], requests: list[ResourceSlots] | None = None
+    ) -> None:
+        """The pass's working state; *requests*: the distinct requests of *pending*."""
         snapshot, config = self.snapshot, self.pipeline.config
-        nodes = sorted(snapshot.nodes, key=lambda n: n.id)
-        amounts = _amounts(snapshot, nodes, pending, config.share_quantum)
+        if requests is None:
+            requests = list({s.requested for s in pending})
+        nodes = sorted(snapshot.nodes, key=_node_id)
+        amounts = _amounts(snapshot, nodes, requests, config.share_quantum)
         self.slots = slots = SlotTable.from_values(amounts)
         self.views = [NodeView(n, k, slots) for k, n in enumerate(nodes)]
         device_slots: set[int] = set()
@@ -187,13 +211,9 @@ class _Pass:
 
     def _decide(self, request: SessionRequest) -> None:
         ctx, pipeline = self.ctx, self.pipeline
-        if self.blocker is not None:
-            self._wait(
-                request,
-                r.BLOCKED,
-                f"blocked: behind {short_id(self.blocker.id)}, "
-                f"which does not fit yet ({pipeline.sequencer.name})",
-            )
+        if self.blocked is not None:
+            self.result.waiting[request.id] = self.blocked
+            self.result.codes[request.id] = r.BLOCKED
             return
         for validator in pipeline.validators:
             try:
@@ -227,14 +247,20 @@ class _Pass:
             placer.undo()
             shape.failure = placer.failure or ("no node fits: the gang step refused it", True)
         reason, resolvable = shape.failure
+        if resolvable and pipeline.sequencer.explains:
+            note = pipeline.sequencer.explain(request, ctx)
+            reason = f"{reason}; {note}" if note else reason
         self._wait(request, r.NO_FIT if resolvable else r.UNSCHEDULABLE, reason)
         if resolvable and pipeline.sequencer.blocks(request, ctx):
-            self.blocker = request
+            self.blocked = (  # the reason of every session after it
+                f"blocked: behind {short_id(request.id)}, "
+                f"which does not fit yet ({pipeline.sequencer.name})"
+            )
 
     def _shape(self, request: SessionRequest) -> Shape:
         filters = self.pipeline.filters
         try:
-            keys = tuple(f.key(request) for f in filters)
+            keys = tuple([f.key(request) for f in filters])
         except Exception:
             for f in filters:  # which one (keys are pure: asking again is harmless)
                 try:
@@ -264,11 +290,12 @@ def _invalid(request: SessionRequest, checked: dict[ResourceSlots, str | None]) 
         return f"priority {request.priority} is outside 0-100"
     requested = request.requested
     try:
-        if requested in checked:  # a few distinct requests, thousands of sessions
-            return checked[requested]
+        # a few distinct requests, thousands of sessions: one lookup each
+        why = checked.get(requested, _UNCHECKED)
     except TypeError:  # a signalling NaN cannot even be hashed
         return _bad_amount(requested)
-    why = checked[requested] = _bad_amount(requested)
+    if why is _UNCHECKED:
+        why = checked[requested] = _bad_amount(requested)
     return why
 
 
@@ -282,7 +309,7 @@ def _bad_amount(requested: ResourceSlots) -> str | None:
 def _amounts(
     snapshot: Snapshot,
     nodes: list[NodeState],
-    pending: list[SessionRequest],
+    requests: list[ResourceSlots],
     share_quantum: Decimal,
 ) -> dict[str, set[Decimal]]:
     """Every distinct slot amount of the pass, so that the slot table covers them all."""
@@ -299,11 +326,12 @@ def _amounts(
     for node in nodes:
         add(node.capacity)
         add(node.used)
-        _device_amounts(node, values, share_quantum)
-    for requested in {s.requested for s in pending}:
+        if node.devices:
+            _device_amounts(node, values, share_quantum)
+    for requested in requests:
         add(requested)
-    for source in (snapshot.user_usage, snapshot.project_usage):
-        for usage in source.values():
+    for usage_by in (snapshot.user_usage, snapshot.project_usage):
+        for usage in usage_by.values():
             add(usage.slots)
     for limits in (*snapshot.user_limits.values(), *snapshot.project_limits.values()):
         if limits.max_slots:
@@ -329,16 +357,25 @@ def _device_amounts(
 def _add_devices(view: NodeView, slots: SlotTable, share_quantum: Decimal) -> None:
     devices = view.state.devices
     if len(devices) > 1:
-        devices = sorted(devices, key=lambda d: d.id)
+        devices = sorted(devices, key=_device_id)
     units = slots.units
+    group: DeviceGroup | None = None
+    slot = ""
     for state in devices:
-        i = slots.index[state.slot]
-        group = view.devs.get(i)
-        if group is None:
-            whole = (
-                state.unit or ("device" if state.slot.endswith(".device") else "share")
-            ) == "device"
-            q = state.quantum if state.quantum is not None and state.quantum > 0 else None
-            quantum = units(i, q or (_ONE if whole else share_quantum))
-            group = view.devs[i] = DeviceGroup(state.slot, i, whole, quantum, units(i, _ONE))
+        if state.slot != slot:
+            slot = state.slot
+            i = slots.index[slot]
+            group = view.devs.get(i)
+            if group is None:
+                whole = (
+                    state.unit or ("device" if slot.endswith(".device") else "share")
+                ) == "device"
+                q = state.quantum if state.quantum is not None and state.quantum > 0 else None
+                quantum = units(i, q or (_ONE if whole else share_quantum))
+                group = view.devs[i] = DeviceGroup(slot, i, whole, quantum, units(i, _ONE))
+        assert group is not None
         group.add(DeviceView(state, units(i, state.capacity), units(i, state.used)))
+
+
+_node_id = attrgetter("id")
+_device_id = attrgetter("id")

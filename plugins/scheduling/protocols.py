@@ -82,6 +82,10 @@ class Filter(Protocol):
     node refuses a shape it must keep refusing it (the search remembers refusals). While
     searching ``ctx.explaining`` is False and ``reasons.REFUSED`` is a fine answer; a
     failed search asks again with it True and shows the Rejection to the user.
+
+    Optional ``node_local: ClassVar[bool] = True`` (``fits`` has it) promises that the
+    verdict reads only the node's own state and the shape: the search then trusts a
+    verdict until the search itself takes or gives back room on that node.
     """
 
     name: ClassVar[str]
@@ -98,7 +102,12 @@ class Filter(Protocol):
 
 
 class Scorer(Protocol):
-    """How much a feasible node suits a container; weighted and summed over scorers."""
+    """How much a feasible node suits a container; weighted and summed over scorers.
+
+    Optional ``node_local: ClassVar[bool] = True`` (``concentrated``, ``dispersed``,
+    ``numa``): a node's score reads only that node and the shape, never the other nodes
+    or pass counters, so it is reused until room is taken or given back on the node.
+    """
 
     name: ClassVar[str]
     Settings: ClassVar[type[BaseModel]]

@@ -28,6 +28,7 @@ from plugins.scheduling.scorers import (
 )
 from plugins.scheduling.sequencers import (
     DrfSequencer,
+    FairShareSequencer,
     FifoSequencer,
     HeuristicFifoSequencer,
     LifoSequencer,
@@ -44,6 +45,7 @@ IN_TREE: dict[str, Any] = {
     "sequencer.heuristic-fifo": HeuristicFifoSequencer,
     "sequencer.lifo": LifoSequencer,
     "sequencer.drf": DrfSequencer,
+    "sequencer.fair-share": FairShareSequencer,
     "filter.resource-group": ResourceGroupFilter,
     "filter.node-status": NodeStatusFilter,
     "filter.architecture": ArchitectureFilter,

@@ -13,7 +13,10 @@ the API takes:
 * ``filters`` contains ``fits`` once, and no list names a plugin twice in either form
   (``maxContains`` per name);
 * the other knobs are ``SchedulerConfig``'s own fields with their bounds;
-* unknown keys are refused, and every key may be ``null`` (its default).
+* unknown keys are refused, and every key may be ``null`` (its default);
+* each named schema's ``title`` is its name: generators name a class by the title
+  (openapi-python-client), and two plugins' Settings classes may share a name
+  (``NoSettings``).
 
 What JSON Schema cannot say is a rule that compares two options of one plugin (a
 Settings model validator, such as heuristic-fifo's ``reserve_after > max_skips``).
@@ -66,8 +69,8 @@ def scheduler_schema(
             ref_template=ref_template.format(model=own + ".{model}")
         )
         for sub, definition in schema.pop("$defs", {}).items():
-            named[f"{own}.{sub}"] = definition
-        named[own] = schema
+            named[f"{own}.{sub}"] = {**definition, "title": f"{own}.{sub}"}
+        named[own] = {**schema, "title": own}
         return ref(own)
 
     base = SchedulerConfig.model_json_schema()["properties"]
@@ -83,6 +86,8 @@ def scheduler_schema(
             )
             made = _listed(entry, sorted(found), kind == "filter") if many else entry
             prop = {**{k: prop[k] for k in ("title", "default") if k in prop}, **made}
+            if not many and "default" in prop:
+                prop["default"] = _short(prop["default"])
         properties[field] = _nullable(prop)
     named[name] = {
         "title": name,
@@ -99,6 +104,15 @@ def scheduler_schema(
 def _safe(plugin: str) -> str:
     """A plugin name as part of a schema's name (letters, digits, ``.``, ``-``, ``_``)."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", plugin)
+
+
+def _short(ref: Any) -> Any:
+    """A plugin with no options set as its name, the short form (a generator that types
+    a default, such as openapi-python-client, takes a string for a union's default, not
+    an object)."""
+    if isinstance(ref, dict) and set(ref) == {"name", "options"} and not ref["options"]:
+        return ref["name"]
+    return ref
 
 
 def _entry(options: Mapping[str, Schema], extra: Mapping[str, Schema]) -> Schema:

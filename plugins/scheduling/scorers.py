@@ -46,6 +46,7 @@ class NoSettings(BaseModel):
 class _Packing:
     Settings: ClassVar[type[BaseModel]] = CapabilitySettings
     spread: ClassVar[bool] = False
+    node_local: ClassVar[bool] = True  # a node's score reads that node and the shape only
 
     def __init__(self, settings: CapabilitySettings) -> None:
         self.settings = settings
@@ -108,6 +109,7 @@ class NumaScorer:
     name: ClassVar[str] = "numa"
     scan: ClassVar[Literal["sticky", "rotate"]] = "sticky"
     Settings: ClassVar[type[BaseModel]] = NoSettings
+    node_local: ClassVar[bool] = True
 
     def __init__(self, settings: BaseModel) -> None:
         self.settings = settings

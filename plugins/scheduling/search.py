@@ -51,6 +51,12 @@ from plugins.scheduling.types import KernelPlacement, SessionRequest
 __all__ = ["Reserved", "Search"]
 
 _TAKEN = Rejection(r.TAKEN)
+_UNSCORED = (-1, 0.0)
+
+
+def _node_local(plugin: object) -> bool:
+    """Whether a plugin declares ``node_local = True`` (see protocols.Filter)."""
+    return getattr(plugin, "node_local", False) is True
 
 
 class Reserved(NamedTuple):
@@ -78,6 +84,11 @@ class Search:
         self._eligible: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
         self._pools: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
         self._by_id: dict[str, NodeView] | None = None
+        #: plugins that say a node's verdict or score depends only on that node (and the
+        #: shape) let the search reuse them while the node's version stays the same
+        self.resumable = all(_node_local(f) for f in self.dynamic)
+        self.scores_local = all(_node_local(s) for s, _ in self.scorers)
+        self._stamp = 0  # the last node version handed out
 
     # -- which nodes to look at ---------------------------------------------------------
     def eligible(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
@@ -138,14 +149,28 @@ class Search:
     def _sticky(
         self, shape: Shape, pool: list[NodeView], exclude: frozenset[str], remember: bool
     ) -> list[NodeView]:
-        """Forward from the cursor; every position before it refuses the shape for good."""
+        """Forward from the cursor; every position before it refuses the shape for good.
+
+        A search that remembers its refusals leaves ``shape.seen``: every position from
+        the cursor to the end of its walk either refused (and is skipped from now on) or
+        was feasible at the version it is listed with. The next such search walks that
+        list first, asking the (node-local) filters again only about nodes that changed,
+        then goes on from the end: the same nodes in the same order as a walk from the
+        cursor, without re-checking the ones nothing touched.
+        """
         ctx, dynamic, want = self.ctx, self.dynamic, self.sample
         skip = shape.skip
         assert skip is not None
         found: list[NodeView] = []
-        n, first = len(pool), -1
-        pos = _alive(skip, shape.cursor)
-        while pos < n:
+        n = len(pool)
+        resume = shape.seen if remember and not exclude else None
+        shape.seen = None
+        seen: list[tuple[int, NodeView, int]] = []  # (position, node, its version) found
+        if resume is None:
+            pos = _alive(skip, shape.cursor)
+        else:
+            pos = self._resume(shape, pool, resume, found, seen)
+        while len(found) < want and pos < n:
             node = pool[pos]
             if not (exclude and node.id in exclude):
                 for f in dynamic:
@@ -158,17 +183,56 @@ class Search:
                             skip[pos] = pos + 1
                         break
                 else:
-                    if first < 0:
-                        first = pos
                     found.append(node)
+                    seen.append((pos, node, node.version))
                     if len(found) >= want:
                         break
             pos = _alive(skip, pos + 1)
         if not exclude:  # a skipped (excluded) node may still take the next session
-            # before `first` every node refused; with uncommitted containers held, the
-            # gang's undo puts the cursor back (see planner._Placer)
-            shape.cursor = first if first >= 0 else n
+            # before the first node found every node refused; with uncommitted containers
+            # held, the gang's undo puts the cursor back (see planner._Placer)
+            shape.cursor = seen[0][0] if seen else n
+            if remember and self.resumable:
+                shape.seen = (seen, min(pos + 1, n))
         return found
+
+    def _resume(
+        self,
+        shape: Shape,
+        pool: list[NodeView],
+        resume: tuple[list[tuple[int, NodeView, int]], int],
+        found: list[NodeView],
+        seen: list[tuple[int, NodeView, int]],
+    ) -> int:
+        """Walk the last search's feasible nodes again (see :meth:`_sticky`); fill *found*
+        and *seen*, and return where the walk goes on (the last node taken when full)."""
+        skip = shape.skip
+        assert skip is not None
+        before, end = resume
+        want = self.sample
+        for entry in before:
+            pos, node, version = entry
+            if node.version == version:
+                seen.append(entry)
+            elif self._refuses(node, shape):
+                skip[pos] = pos + 1
+                continue
+            else:
+                seen.append((pos, node, node.version))
+            found.append(node)
+            if len(found) >= want:
+                return pos
+        return _alive(skip, end)
+
+    def _refuses(self, node: NodeView, shape: Shape) -> bool:
+        ctx = self.ctx
+        for f in self.dynamic:
+            try:
+                if f.check(node, shape, ctx) is not None:
+                    return True
+            except Exception as exc:
+                raise failed("filter", f, exc) from exc
+        return False
 
     def _rotate(
         self, shape: Shape, pool: list[NodeView], exclude: frozenset[str], remember: bool
@@ -211,9 +275,41 @@ class Search:
         return found
 
     def best(self, nodes: list[NodeView], shape: Shape) -> NodeView:
-        """The highest weighted score; equal scores go to the lowest node id."""
+        """The highest weighted score; equal scores go to the lowest node id.
+
+        With node-local scorers only, a node's total is kept on the shape with the
+        node's version and computed again only once the node changed.
+        """
         if len(nodes) == 1 or not self.scorers:
             return min(nodes, key=lambda n: n.order)
+        if self.scores_local:
+            memo = shape.scores
+            totals = []
+            stale: list[int] = []
+            for j, node in enumerate(nodes):
+                kept = memo.get(node.order)
+                if kept is not None and kept[0] == node.version:
+                    totals.append(kept[1])
+                else:
+                    totals.append(0.0)
+                    stale.append(j)
+            if stale:
+                fresh = self._totals([nodes[j] for j in stale], shape)
+                for j, total in zip(stale, fresh, strict=True):
+                    node = nodes[j]
+                    memo[node.order] = (node.version, total)
+                    totals[j] = total
+        else:
+            totals = self._totals(nodes, shape)
+        best = 0
+        for j in range(1, len(nodes)):
+            if totals[j] > totals[best] or (
+                totals[j] == totals[best] and nodes[j].order < nodes[best].order
+            ):
+                best = j
+        return nodes[best]
+
+    def _totals(self, nodes: list[NodeView], shape: Shape) -> list[float]:
         totals = [0.0] * len(nodes)
         for scorer, weight in self.scorers:
             try:
@@ -225,13 +321,7 @@ class Search:
                 raise PluginFailure(f"scorer.{scorer.name}", wrong)
             for j, value in enumerate(scores):
                 totals[j] += weight * value
-        best = 0
-        for j in range(1, len(nodes)):
-            if totals[j] > totals[best] or (
-                totals[j] == totals[best] and nodes[j].order < nodes[best].order
-            ):
-                best = j
-        return nodes[best]
+        return totals
 
     def on_node(self, shape: Shape, node_id: str) -> NodeView | None:
         """*node_id* when it passes the dynamic filters for one more container of *shape*.
@@ -298,6 +388,8 @@ class Search:
         Devices chosen are checked with :func:`.fit.allocation_misfit`, the test the
         applier makes on the node's row: what the planner places, it accepts.
         """
+        if not shape.dev_need:  # slots only: nothing to choose, pin or check again
+            return self._reserve_slots(node, shape, request)
         picks: list[tuple[DeviceGroup, list[tuple[DeviceView, int]]]] = []
         for i, units in shape.dev_need:
             group = node.devs.get(i)
@@ -330,6 +422,8 @@ class Search:
         pinned = None
         if chosen and node.state.numa_cpus:
             pinned = pin(node, [(d, a) for _, d, a in chosen], shape.cores)
+        self._stamp += 1
+        node.version = self._stamp
         last = node.last_pick
         node.last_pick = self.ctx.picks
         self.ctx.picks += 1
@@ -337,9 +431,24 @@ class Search:
         kernel = KernelPlacement(node.id, request.requested, devices, cpuset)
         return Reserved(node, shape, chosen, pinned, last, kernel)
 
-    @staticmethod
-    def release(held: Reserved) -> None:
-        """Undo :meth:`reserve` exactly."""
+    def _reserve_slots(self, node: NodeView, shape: Shape, request: SessionRequest) -> Reserved:
+        """:meth:`reserve` for a shape without devices (the same steps, fewer of them)."""
+        free = node.free
+        for i, units in shape.need:
+            free[i] -= units
+        self._stamp += 1
+        node.version = self._stamp
+        last = node.last_pick
+        ctx = self.ctx
+        node.last_pick = ctx.picks
+        ctx.picks += 1
+        kernel = KernelPlacement(node.id, request.requested, {}, None)
+        return Reserved(node, shape, [], None, last, kernel)
+
+    def release(self, held: Reserved) -> None:
+        """Undo :meth:`reserve` exactly (the node gets a new version, not its old one)."""
+        self._stamp += 1
+        held.node.version = self._stamp
         free = held.node.free
         for i, units in held.shape.need:
             free[i] += units

@@ -19,6 +19,12 @@ id). So every sequencer, including a third-party one, honours priority.
   earlier in this pass) goes first, within it the user with the smallest one, then
   that user's oldest session. ``level`` chooses user-only, project-only or both.
   Never blocks.
+* ``fair-share`` - Slurm's multifactor priority with its classic fair-share factor:
+  ``w_fs x 2^(-U/S) + w_prio x priority/100 + w_age x min(age/max_age, 1)``, highest
+  first, where U is the decayed historical usage of the session's project (then of its
+  user within the project) and S its share (:mod:`.fairshare`, docs/fair-share.md). It
+  orders the whole queue at once (``whole_queue``): priority is one of its terms, not a
+  band. Never blocks; a session that waits says when its project is over its share.
 
 A session that could never fit (``unschedulable``: no node of the group could hold it
 even when empty) never blocks anyone, whatever the sequencer.
@@ -33,10 +39,24 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from plugins.scheduling.fairshare import (
+    FairShareSettings,
+    FairShareView,
+    multifactor,
+    project_factors,
+    user_factor,
+)
+from plugins.scheduling.reasons import utc
 from plugins.scheduling.state import Account, PassContext
 from plugins.scheduling.types import SessionRequest
 
-__all__ = ["DrfSequencer", "FifoSequencer", "HeuristicFifoSequencer", "LifoSequencer"]
+__all__ = [
+    "DrfSequencer",
+    "FairShareSequencer",
+    "FifoSequencer",
+    "HeuristicFifoSequencer",
+    "LifoSequencer",
+]
 
 
 class NoSettings(BaseModel):
@@ -167,3 +187,60 @@ class DrfSequencer:
 
     def blocks(self, request: SessionRequest, ctx: PassContext) -> bool:
         return False
+
+
+class FairShareSequencer:
+    name: ClassVar[str] = "fair-share"
+    Settings: ClassVar[type[BaseModel]] = FairShareSettings
+    #: the planner hands over the whole queue as one band (priority is a term here)
+    whole_queue: ClassVar[bool] = True
+
+    def __init__(self, settings: FairShareSettings) -> None:
+        self.settings = settings
+
+    def order(self, band: list[SessionRequest], ctx: PassContext) -> Iterator[SessionRequest]:
+        factors = self._factors(band, ctx)
+        now, settings = utc(ctx.now), self.settings
+
+        def score(s: SessionRequest) -> float:
+            fs = factors[(s.project or "", s.owner)]
+            return -multifactor(fs, s.priority, (now - utc(s.created_at)).total_seconds(), settings)
+
+        return iter(sorted(band, key=score))  # stable: oldest first among equals
+
+    def _factors(
+        self, band: list[SessionRequest], ctx: PassContext
+    ) -> dict[tuple[str, str], float]:
+        """(project, user) -> its fair-share factor; project -> its own, kept for explain."""
+        view: FairShareView = ctx.snapshot.fair_share or FairShareView()
+        wanted = {(s.project or "", s.owner) for s in band}
+        projects = project_factors(view, {p for p, _ in wanted})
+        total = sum(view.projects.values())
+        users: dict[str, set[str]] = {}
+        for p, u in (*view.users, *wanted):
+            users.setdefault(p, set()).add(u)
+        ctx.scratch[self.name] = {p: projects[p][2] for p, _ in wanted}
+        return {
+            (p, u): user_factor(
+                view.users.get((p, u), 0.0),
+                view.projects.get(p, 0.0),
+                total,
+                projects[p][0],
+                1.0,
+                len(users[p]),
+            )
+            for p, u in wanted
+        }
+
+    def blocks(self, request: SessionRequest, ctx: PassContext) -> bool:
+        return False
+
+    def explain(self, request: SessionRequest, ctx: PassContext) -> str | None:
+        """Why others went first, when the session's project is over its share."""
+        own: dict[str, float] = ctx.scratch.get(self.name, {})
+        project = request.project or ""
+        found = own.get(project)
+        if found is None or found >= 0.5:
+            return None
+        name = ctx.project_name(project) if project else "(no project)"
+        return f"project {name} is over its fair share (factor {found:.2f})"

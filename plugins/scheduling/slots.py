@@ -36,7 +36,7 @@ def _places(value: Decimal) -> int:
 class SlotTable:
     """Slot name <-> index, and the exact integer scale of each slot in this pass."""
 
-    __slots__ = ("_known", "index", "names", "places")
+    __slots__ = ("_decimals", "_known", "index", "names", "places")
 
     def __init__(self, places: Mapping[str, int]) -> None:
         self.names: list[str] = sorted(places)
@@ -45,6 +45,7 @@ class SlotTable:
         # amount -> units per slot: snapshots repeat the same few amounts thousands of
         # times, and a dict lookup (Decimal caches its hash) beats scaleb + int
         self._known: list[dict[Decimal, int]] = [{} for _ in self.names]
+        self._decimals: list[dict[int, Decimal]] = [{} for _ in self.names]  # the reverse
 
     @classmethod
     def build(cls, amounts: Iterable[Mapping[str, Decimal]]) -> SlotTable:
@@ -77,10 +78,16 @@ class SlotTable:
 
     def decimal(self, i: int, units: int) -> Decimal:
         """Units of slot *i* back as a Decimal (``150`` -> ``1.5`` for cpu at 2 places)."""
+        known = self._decimals[i]
+        found = known.get(units)
+        if found is not None:
+            return found
         value = Decimal(units).scaleb(-self.places[i])
-        if value == value.to_integral_value():
-            return value.quantize(_ONE)  # 2.00 -> 2, never 2E+0
-        return value.normalize()  # 0.60 -> 0.6
+        # 2.00 -> 2 (never 2E+0), 0.60 -> 0.6
+        whole = value == value.to_integral_value()
+        value = value.quantize(_ONE) if whole else value.normalize()
+        known[units] = value
+        return value
 
     def vector(self, slots: Mapping[str, Decimal]) -> list[int]:
         """A full-length unit vector (slots not in *slots* are zero)."""

@@ -84,10 +84,14 @@ class DeviceGroup:
 
     def add(self, device: DeviceView) -> None:
         self.devices.append(device)
-        if device.healthy and device.cap > self.max_cap:
-            self.max_cap = device.cap
-        if self._is_idle(device):
-            self._count(device, 1)
+        if device.healthy:
+            cap = device.cap
+            if cap > self.max_cap:
+                self.max_cap = cap
+            if device.free == cap >= self.one:  # _is_idle, inlined (once per device)
+                self.idle += 1
+                by_numa = self.idle_by_numa
+                by_numa[device.numa] = by_numa.get(device.numa, 0) + 1
 
     def take(self, device: DeviceView, amount: int) -> None:
         if self._is_idle(device):
@@ -103,7 +107,18 @@ class DeviceGroup:
 class NodeView:
     """A node during a pass: integer free/capacity per slot, devices, free cpus."""
 
-    __slots__ = ("_cores", "cap", "devs", "free", "id", "kinds", "last_pick", "order", "state")
+    __slots__ = (
+        "_cores",
+        "cap",
+        "devs",
+        "free",
+        "id",
+        "kinds",
+        "last_pick",
+        "order",
+        "state",
+        "version",
+    )
 
     def __init__(self, state: NodeState, order: int, slots: SlotTable) -> None:
         self.state = state
@@ -115,6 +130,9 @@ class NodeView:
         self.kinds = frozenset(i for i, c in enumerate(self.cap) if c > 0)
         self.devs: dict[int, DeviceGroup] = {}
         self.last_pick = -1  # the pass's placement counter when this node last got one
+        #: changes whenever the search takes or gives back room here: verdicts and
+        #: scores of node-local plugins computed at the same version still hold
+        self.version = 0
         self._cores: dict[int, list[int]] | None = None  # NUMA node -> free cpu ids
 
     def free_cores(self, numa: int) -> list[int]:
@@ -164,6 +182,8 @@ class Shape:
         "need",
         "pool",
         "request",
+        "scores",
+        "seen",
         "skip",
         "slot_set",
         "static_key",
@@ -196,6 +216,11 @@ class Shape:
         #: this shape (union-find with path compression; len(pool) = the end)
         self.skip: list[int] | None = None
         self.failure: tuple[str, bool] | None = None  # (reason, resolvable) once it failed
+        #: the last sticky search, when it may be resumed: ((pool position, node, its
+        #: version) of each node found feasible, the end of the walk)
+        self.seen: tuple[list[tuple[int, NodeView, int]], int] | None = None
+        #: node order -> (node version, weighted score) for node-local scorers
+        self.scores: dict[int, tuple[int, float]] = {}
 
 
 class Account:

@@ -18,6 +18,7 @@ from typing import Literal
 
 from plugins.resources import ResourceSlots
 from plugins.scheduling.config import SchedulerConfig
+from plugins.scheduling.fairshare import FairShareView
 
 __all__ = [
     "DeviceState",
@@ -157,6 +158,8 @@ class Snapshot:
     dependency_status: dict[str, str] = field(default_factory=dict)
     #: the whole cluster's capacity, the denominator of DRF shares (None: these nodes)
     cluster_capacity: ResourceSlots | None = None
+    #: decayed historical usage and shares, for the fair-share sequencer (None: none)
+    fair_share: FairShareView | None = None
 
 
 @dataclass(slots=True)

@@ -42,6 +42,8 @@ class QuotaValidator:
         self.settings = settings
 
     def check(self, request: SessionRequest, ctx: PassContext) -> Verdict | None:
+        if not ctx.snapshot.user_limits and not ctx.snapshot.project_limits:
+            return None  # nobody is limited: nothing to look up
         found = self._scope(ctx, request, "user", request.owner, ctx.user(request.owner))
         if found is None and request.project is not None:
             account = ctx.project(request.project)

@@ -17,11 +17,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from waiting import until_sync
 
 from gateway.bootstrap import admin_key
 from gateway.db.migrate import upgrade
@@ -113,18 +114,19 @@ class Component:
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until this start's output shows :attr:`ready` (a slow machine starts slowly)."""
-        assert self.ready is not None
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        ready, proc = self.ready, self.proc
+        assert ready is not None
+        assert proc is not None
+
+        def up() -> bool:
             with self.log_path.open("rb") as log:
                 log.seek(self._log_from)
-                if self.ready.encode() in log.read():
-                    return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited {self.proc.returncode}:\n{self.tail()}")
-            time.sleep(0.05)
-        raise AssertionError(f"{self.name} was not ready in {timeout}s:\n{self.tail()}")
+                if ready.encode() in log.read():
+                    return True
+            assert proc.poll() is None, f"{self.name} exited {proc.returncode}:\n{self.tail()}"
+            return False
+
+        until_sync(up, timeout=timeout, what=lambda: f"{self.name} ready:\n{self.tail()}")
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -249,21 +251,19 @@ class ChaosStack:
         """Until the gateway answers and lists every worker's node as ready."""
         import httpx
 
-        deadline = time.monotonic() + timeout
         wanted = set(self.workers)
-        while time.monotonic() < deadline:
+
+        def up() -> bool:
             try:
                 r = httpx.get(
                     f"{self.url}/v1/nodes", headers={"Authorization": f"Bearer {self.admin}"}
                 )
-                if r.status_code == 200:
-                    ready = {n["id"] for n in r.json()["items"] if n["status"] == "ready"}
-                    if wanted <= ready:
-                        return
             except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"the stack did not come up:\n{self.logs()}")
+                return False
+            ready = {n["id"] for n in r.json()["items"] if n["status"] == "ready"}
+            return r.status_code == 200 and wanted <= ready
+
+        until_sync(up, timeout=timeout, interval=0.1, what=lambda: f"the stack up:\n{self.logs()}")
 
 
 @contextmanager

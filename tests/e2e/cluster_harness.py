@@ -19,9 +19,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from waiting import until_sync
 
 __all__ = ["NetnsPair", "PodmanService", "mpi_image_present"]
 
@@ -88,17 +89,25 @@ class PodmanService:
                 start_new_session=True,
             )
         path = str(self.dir / "podman.sock")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        proc = self.proc
+
+        def listening() -> bool:
             with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
                 s.connect(path)
-                return self.socket
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise AssertionError(
-            f"podman service did not start: {(self.dir / 'service.log').read_text()[-2000:]}"
+                return True
+            assert proc.poll() is None, f"podman service exited: {self._service_log()}"
+            return False
+
+        until_sync(
+            listening,
+            timeout=20,
+            interval=0.1,
+            what=lambda: f"podman service started: {self._service_log()}",
         )
+        return self.socket
+
+    def _service_log(self) -> str:
+        return (self.dir / "service.log").read_text()[-2000:]
 
     def podman(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The podman CLI through this service (``--url``), as root."""

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from podman import PodmanClient
 from podman.errors import APIError
+from waiting import until
 
 from plugins.runtimes.base import LABEL_NODE
 
@@ -72,23 +73,24 @@ class PodmanNodes:
 
 async def wait_gone(nodes: PodmanNodes, label: str, timeout: float = 20.0) -> None:
     """Until Podman lists no container (in any state) with *label*."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while states := await asyncio.to_thread(nodes.states, label):
-        if loop.time() > deadline:
-            raise AssertionError(f"containers with {label} are still there: {states}")
-        await asyncio.sleep(0.1)
+
+    async def gone() -> bool:
+        return not await asyncio.to_thread(nodes.states, label)
+
+    await until(gone, timeout=timeout, interval=0.1, what=f"no container with {label}")
 
 
 async def wait_state_not(nodes: PodmanNodes, label: str, state: str, timeout: float = 20.0) -> None:
     """Until the one container with *label* has left *state* (e.g. it ended by itself)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (states := await asyncio.to_thread(nodes.states, label)) == [state]:
-        if loop.time() > deadline:
-            raise AssertionError(f"the container with {label} is still {state}")
-        await asyncio.sleep(0.1)
-    assert len(states) == 1, states
+
+    async def left() -> list[str] | None:
+        states: list[str] = await asyncio.to_thread(nodes.states, label)
+        if states == [state]:
+            return None
+        assert len(states) == 1, states
+        return states
+
+    await until(left, timeout=timeout, interval=0.1, what=f"{label} no longer {state}")
 
 
 async def sse(api: httpx.AsyncClient, session_id: str) -> AsyncIterator[tuple[str, Any]]:

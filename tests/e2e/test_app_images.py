@@ -4,7 +4,8 @@ Each image runs in rootless Podman through the podman runtime with its default c
 and the port named by its ``jobgate.service-ports`` label published on 127.0.0.1, as a
 session of the app proxy's would. A user would notice each of these: the web terminal
 gives a shell in the session's working directory and refuses pages from other sites;
-code-server answers its health check and serves the workbench.
+code-server, started as jobgate starts it, serves the workbench only to the proxy's
+cookie (the session's app secret), sending anyone else to its login page.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import pytest
 import websockets
 from needs import missing
 from podman import PodmanClient
+from waiting import until
 from websockets.typing import Origin
 
+from contract.apps import CODE_SERVER_COOKIE, secret_env, with_defaults
 from plugins.runtimes.base import KernelHandle, KernelSpec, RuntimeContext, ServicePort
 from plugins.runtimes.podman import PodmanRuntime, PodmanSettings
 from plugins.runtimes.podman.spec import parse_ports_label
+from workers.apps import start_command
 
 pytestmark = pytest.mark.podman
 
@@ -58,13 +62,20 @@ async def runtime(podman_socket: str) -> AsyncIterator[PodmanRuntime]:
         await rt.close()
 
 
-async def start_app(rt: PodmanRuntime, image: str, workdir: str | None = None) -> KernelHandle:
+async def start_app(
+    rt: PodmanRuntime,
+    image: str,
+    workdir: str | None = None,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> KernelHandle:
     spec = KernelSpec(
         kernel_id=str(uuid.uuid4()),
         session_id=str(uuid.uuid4()),
         node_id=rt.context.node_id,
-        command=[],  # the image's own
+        command=command or [],  # [] the image's own
         image=image,
+        env=env or {},
         workdir=workdir,
         ports=image_ports(rt.settings.socket, image),
     )
@@ -78,16 +89,15 @@ async def start_app(rt: PodmanRuntime, image: str, workdir: str | None = None) -
 
 async def get_when_up(url: str, timeout: float = 90.0) -> httpx.Response:
     """GET *url* once the app listens (connection errors until then)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
     async with httpx.AsyncClient(timeout=10, follow_redirects=True) as client:
-        while True:
+
+        async def answer() -> httpx.Response | None:
             try:
                 return await client.get(url)
             except httpx.TransportError:
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
+                return None
+
+        return await until(answer, timeout=timeout, interval=0.2, what=f"{url} listening")
 
 
 @pytest.mark.parametrize(
@@ -135,13 +145,28 @@ async def test_terminal_refuses_websockets_from_other_sites(rt_terminal: KernelH
         assert json.loads(await ws.recv()) == ["setup", {}]
 
 
-async def test_codeserver_serves_the_workbench(runtime: PodmanRuntime) -> None:
-    handle = await start_app(runtime, CODESERVER, workdir="/srv/project")
+async def test_codeserver_serves_the_workbench_to_the_app_secret_only(
+    runtime: PodmanRuntime,
+) -> None:
+    secret = "5e" * 32
+    app = with_defaults("code-server", 8080)
+    command = [*(start_command("s1", [app]) or []), "--disable-update-check", "."]
+    handle = await start_app(
+        runtime, CODESERVER, workdir="/srv/project", command=command, env=secret_env(secret)
+    )
     base = f"http://127.0.0.1:{handle.ports['code-server']}"
     health = await get_when_up(f"{base}/healthz")
     assert health.status_code == 200
     assert health.json()["status"] in ("alive", "expired")
-    workbench = await get_when_up(f"{base}/")
+    stranger = await get_when_up(f"{base}/")  # a process on the node, without the cookie
+    assert "/login" in str(stranger.url)
+    assert "vscode-workbench-web-configuration" not in stranger.text
+    guess = {CODE_SERVER_COOKIE: "5f" * 32}
+    async with httpx.AsyncClient(timeout=10, follow_redirects=True, cookies=guess) as wrong:
+        assert "/login" in str((await wrong.get(f"{base}/")).url)
+    as_proxy = {CODE_SERVER_COOKIE: secret}  # the cookie the proxy adds
+    async with httpx.AsyncClient(timeout=10, follow_redirects=True, cookies=as_proxy) as proxy:
+        workbench = await proxy.get(f"{base}/")
     assert workbench.status_code == 200
     assert "vscode-workbench-web-configuration" in workbench.text
     assert "/srv/project" in str(workbench.url)  # it opened the session's working directory

@@ -2,7 +2,9 @@
 
 One stack for the module (starting it takes a while): a user opens JupyterLab with the
 one-time link, runs code in a kernel over the kernel WebSocket, uses a web terminal; a
-stranger cannot get in; an ended session's link says so; an idle session is ended.
+stranger cannot get in, nor can a process on the node that goes to Jupyter's published
+port without the session's app secret (which no output shows); an ended session's link
+says so; an idle session is ended.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import httpx
 import pytest
 import websockets
 from up_harness import UpStack
+from waiting import until_sync
 from websockets.typing import Origin
+
+from contract.tokens import app_secret
 
 pytestmark = pytest.mark.podman
 
@@ -77,12 +82,12 @@ def sign_in(up: UpStack, session_id: str, app: str) -> httpx.Client:
 
 def wait_ok(client: httpx.Client, url: str, timeout: float = 60.0) -> httpx.Response:
     """Apps take a few seconds to listen after the container starts (502 until then)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def ok() -> httpx.Response | None:
         response = client.get(url)
-        if response.status_code == 200 or time.monotonic() > deadline:
-            return response
-        time.sleep(0.5)
+        return response if response.status_code == 200 else None
+
+    return until_sync(ok, timeout=timeout, interval=0.5, what=f"{url} answers 200")
 
 
 async def run_code(ws_url: str, cookies: str, code: str) -> str:
@@ -145,7 +150,46 @@ async def test_jupyter_rest_and_kernel_through_the_proxy(up: UpStack) -> None:
     cookies = "; ".join(f"{c.name}={c.value}" for c in browser.cookies.jar)
     ws_url = f"ws://127.0.0.1:{up.proxy_port}/s/{session_id}/jupyter/api/kernels/{kernel.json()['id']}/channels"
     assert await run_code(ws_url, cookies, "6*7") == "42"
+    await direct_connections_are_refused(up, session_id, kernel.json()["id"])
     up.cli("sessions", "rm", session_id, check=True)
+
+
+async def direct_connections_are_refused(up: UpStack, session_id: str, kernel_id: str) -> None:
+    """Another tenant's process on the node reaches the published port, not the app; the
+    secret that would open it is in no answer, listing or log a user (or admin) reads."""
+    shown = up.cli_json("sessions", "show", session_id)
+    (port,) = [k["ports"]["jupyter"] for k in shown["kernels"]]
+    direct = f"http://127.0.0.1:{port}/s/{session_id}/jupyter"
+    key = json.loads((up.data_dir / "secrets.json").read_text())["proxy_secret"]
+    secret = app_secret(key, session_id)
+    async with httpx.AsyncClient(timeout=30) as node_process:
+        for headers in ({}, {"Authorization": "token guessed"}, {"X-Forwarded-For": "127.0.0.1"}):
+            for path in ("/api/kernels", "/api/contents"):
+                answer = await node_process.get(direct + path, headers=headers)
+                assert answer.status_code == 403, (path, headers)
+        lab = await node_process.get(f"{direct}/lab")
+        assert lab.status_code in (302, 403)  # the login page, not the lab
+        # the secret that would open it is the one the proxy presents, as Jupyter's token
+        token = {"Authorization": f"token {secret}"}
+        assert (await node_process.get(f"{direct}/api/kernels", headers=token)).status_code == 200
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(
+            f"ws://127.0.0.1:{port}/s/{session_id}/jupyter/api/kernels/{kernel_id}/channels",
+            origin=Origin(f"http://127.0.0.1:{port}"),
+        ):
+            pass
+    assert refused.value.response.status_code == 403
+    output = up.cli("logs", session_id, check=True)  # Jupyter logs to stderr
+    assert "ServerApp" in output.stderr  # its start-up lines are there, without the secret
+    seen = [
+        output.stdout + output.stderr,
+        up.cli("sessions", "show", session_id, "--output", "json", check=True).stdout,
+        up.cli("apps", "ls", session_id, "--output", "json", check=True).stdout,
+        up.cli("sessions", "ls", "--output", "json", check=True).stdout,
+        up.output(),
+        *(log.read_text(errors="replace") for log in (up.data_dir / "logs").glob("*.log")),
+    ]
+    assert not [text[:200] for text in seen if secret in text]
 
 
 async def test_terminal_websocket_echoes_through_the_proxy(up: UpStack) -> None:
@@ -189,10 +233,12 @@ def test_strangers_and_stale_links_are_refused(up: UpStack) -> None:
     browser = sign_in(up, session_id, "jupyter")
     up.cli("sessions", "rm", session_id, check=True)
     up.wait_status(session_id, {"TERMINATED"}, timeout=60)
-    deadline = time.monotonic() + 20
-    while (ended := browser.get(base)).status_code != 410 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert ended.status_code == 410
+
+    def gone() -> httpx.Response | None:
+        answer = browser.get(base)
+        return answer if answer.status_code == 410 else None
+
+    ended = until_sync(gone, timeout=20, interval=0.2, what="the proxy says the session ended")
     assert "ended" in ended.text
 
 

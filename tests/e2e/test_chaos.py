@@ -31,6 +31,7 @@ import httpx
 import pytest
 import redis
 from chaos_harness import ChaosStack, chaos_stack, pg_bin
+from waiting import until_sync
 
 SESSIONS = 200
 EXIT_CODES = (0, 0, 1, 2, 3, 42)
@@ -144,22 +145,24 @@ def _all_sessions(api: httpx.Client) -> list[dict[str, Any]]:
 
 
 def _wait_terminal(stack: ChaosStack, ids: set[str], timeout: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    sessions: list[dict[str, Any]] = []
+    seen: list[dict[str, Any]] = []
     with httpx.Client(
         base_url=stack.url, headers={"Authorization": f"Bearer {stack.admin}"}, timeout=10
     ) as api:
-        while time.monotonic() < deadline:
+
+        def ended() -> list[dict[str, Any]] | None:
             try:
-                sessions = [s for s in _all_sessions(api) if s["id"] in ids]
+                seen[:] = [s for s in _all_sessions(api) if s["id"] in ids]
             except httpx.TransportError:
-                time.sleep(0.5)
-                continue
-            if len(sessions) == len(ids) and all(s["status"] in TERMINAL for s in sessions):
-                return sessions
-            time.sleep(0.5)
-    stuck = Counter(s["status"] for s in sessions if s["status"] not in TERMINAL)
-    raise AssertionError(f"sessions not terminal after {timeout}s: {stuck}\n{stack.logs()}")
+                return None
+            done = len(seen) == len(ids) and all(s["status"] in TERMINAL for s in seen)
+            return seen if done else None
+
+        def stuck() -> str:
+            left = Counter(s["status"] for s in seen if s["status"] not in TERMINAL)
+            return f"sessions terminal: {left}\n{stack.logs()}"
+
+        return until_sync(ended, timeout=timeout, interval=0.5, what=stuck)
 
 
 def _runs(marks: Path, session_id: str) -> list[tuple[int, int, int | None]]:

@@ -7,10 +7,10 @@ the `jobgate` CLI reading the profile `up` wrote.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 from up_harness import UpStack, port_open, processes_of
+from waiting import until_sync
 
 
 def test_run_prints_output_and_exits_with_the_jobs_code(up: UpStack) -> None:
@@ -43,10 +43,12 @@ def test_detach_ls_show_logs_rm(up: UpStack) -> None:
     table = up.cli("sessions", "ls", check=True).stdout
     assert session_id[:8] in table
     assert "RUNNING" in table
-    deadline = time.monotonic() + 20
-    while "tick" not in up.cli("sessions", "logs", session_id[:8]).stdout:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    until_sync(
+        lambda: "tick" in up.cli("sessions", "logs", session_id[:8]).stdout,
+        timeout=20,
+        interval=0.2,
+        what="the ticker's first tick",
+    )
     up.cli("sessions", "rm", "ticker", check=True)  # by name
     shown = up.wait_status(session_id, {"TERMINATED"})
     assert shown["exit_code"] == 143
@@ -99,7 +101,9 @@ def test_bad_input_is_a_clear_error(up: UpStack) -> None:
     assert up.cli_json("sessions", "ls") == []
 
 
-def test_stop_leaves_nothing_behind_and_restart_keeps_everything(tmp_path: Path) -> None:
+def test_ctrl_c_says_what_it_terminates_leaves_nothing_and_restart_keeps_everything(
+    tmp_path: Path,
+) -> None:
     first = UpStack(tmp_path)
     first.start()
     try:
@@ -108,8 +112,12 @@ def test_stop_leaves_nothing_behind_and_restart_keeps_everything(tmp_path: Path)
         running = first.cli("run", "--detach", "--", "sleep", "300", check=True).stdout.strip()
         first.wait_status(running, {"RUNNING"})
     finally:
-        code = first.stop(signal.SIGTERM)
+        code = first.stop(signal.SIGINT)
     assert code == 0
+    said = first.output().splitlines()
+    stopping = "jobgate up: stopping: 1 running session will be terminated "
+    assert f"{stopping}(Ctrl-C again to stop at once)" in said
+    assert said[-1] == "jobgate up: stopped"
     assert processes_of(first.data_dir) == []  # gateway, scheduler, worker, redis, jobs
     assert not port_open(first.port)
     assert not (first.data_dir / "redis.sock").exists()
@@ -122,5 +130,11 @@ def test_stop_leaves_nothing_behind_and_restart_keeps_everything(tmp_path: Path)
         assert second.cli("sessions", "logs", "kept", check=True).stdout == "remembered\n"
         stopped = sessions[running]
         assert stopped["status"] == "TERMINATED"  # `up` stopped it with the stack
+        assert stopped["status_reason"].startswith("jobgate up stopped")  # not "on request"
+        shown = second.cli_json("sessions", "show", running)
+        assert [(h["to_status"], h["reason"]) for h in shown["history"]][-2] == (
+            "TERMINATING",
+            "jobgate up stopped",
+        )
     finally:
         second.stop()

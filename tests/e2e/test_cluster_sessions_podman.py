@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import httpx
 import pytest
 from cluster_harness import MPI, NetnsPair, PodmanService, mpi_image_present
 from up_harness import UpStack
+from waiting import until_sync
 
 pytestmark = pytest.mark.podman
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -103,22 +103,20 @@ def _api(up: UpStack) -> httpx.Client:
 
 
 def _log_line(api: httpx.Client, session: str, prefix: str, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
+    def line() -> str | None:
         text = api.get(f"/v1/sessions/{session}/logs").text
-        for line in text.splitlines():
-            if line.startswith(prefix):
-                return line
-        time.sleep(0.2)
-    raise AssertionError(f"{session} never printed {prefix!r}: {text}")
+        return next((x for x in text.splitlines() if x.startswith(prefix)), None)
+
+    return until_sync(line, timeout=timeout, interval=0.2, what=f"{session} printed {prefix!r}")
 
 
 def _wait_status(api: httpx.Client, session: str, wanted: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while (status := api.get(f"/v1/sessions/{session}").json()["status"]) != wanted:
-        assert time.monotonic() < deadline, f"{session} is {status}, wanted {wanted}"
-        time.sleep(0.2)
+    until_sync(
+        lambda: api.get(f"/v1/sessions/{session}").json()["status"] == wanted,
+        timeout=timeout,
+        interval=0.2,
+        what=f"{session} {wanted}",
+    )
 
 
 def _networks(podman: PodmanService) -> set[str]:
@@ -195,10 +193,12 @@ def test_single_node_cluster_runs_mpi_over_ssh_in_a_private_network(
     api.delete(f"/v1/sessions/{first}").raise_for_status()
     _wait_status(api, first, "TERMINATED")
     api.close()
-    deadline = time.monotonic() + 20
-    while {f"jobgate-{first}", f"jobgate-{session}"} & _networks(podman):
-        assert time.monotonic() < deadline, _networks(podman)
-        time.sleep(0.2)
+    until_sync(
+        lambda: not {f"jobgate-{first}", f"jobgate-{session}"} & _networks(podman),
+        timeout=20,
+        interval=0.2,
+        what=lambda: f"the sessions' networks removed: {_networks(podman)}",
+    )
 
 
 def test_bad_cluster_requests_are_refused_naming_the_field(stack: UpStack) -> None:
@@ -288,12 +288,13 @@ def netns_nodes(stack: UpStack, podman_socket: str) -> Iterator[list[str]]:
                     )
                 )
             ids.append(node_id)
-        deadline = time.monotonic() + 60
-        api = _api(stack)
-        while not set(ids) <= {n["id"] for n in api.get("/v1/nodes").json()["items"]}:
-            assert time.monotonic() < deadline, "the netns workers did not register"
-            time.sleep(0.3)
-        api.close()
+        with _api(stack) as api:
+            until_sync(
+                lambda: set(ids) <= {n["id"] for n in api.get("/v1/nodes").json()["items"]},
+                timeout=60,
+                interval=0.3,
+                what="the netns workers registered",
+            )
         yield ids
     finally:
         for worker in workers:

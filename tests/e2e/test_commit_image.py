@@ -16,7 +16,6 @@ import os
 import pwd
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from test_podman_stack import (  # noqa: F401 - fixtures
     shared_dir,
     stack,
 )
+from waiting import until_sync
 
 pytestmark = pytest.mark.podman
 
@@ -68,11 +68,12 @@ def second_store(podman_socket: str, shared_dir: Path) -> Iterator[str]:  # noqa
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while not socket.exists():
-            assert service.poll() is None, "the second Podman service did not start"
-            assert time.monotonic() < deadline, "the second Podman service did not start"
-            time.sleep(0.05)
+
+        def started() -> bool:
+            assert service.poll() is None, "the second Podman service exited"
+            return socket.exists()
+
+        until_sync(started, timeout=20, what="the second Podman service started")
         yield f"unix://{socket}"
     finally:
         service.terminate()

@@ -200,7 +200,7 @@ def test_sign_in_launch_half_a_gpu_and_see_its_share(console: Console, admin: Pa
     # a field error shows beside its field (the API's RFC 7807 answer), nothing launched
     launch(page, name="not a name!", image_ref=BUSYBOX, command="sleep 600")
     error = page.locator('[data-field="name"] .error')
-    expect(error).to_contain_text("pattern")
+    expect(error).to_contain_text("starting with a letter or digit")  # the rule in words
     expect(page.locator("#l-name")).to_have_attribute("aria-invalid", "true")
     console.shot(page, "launch-error")
     page.get_by_role("button", name="Cancel").click()
@@ -376,6 +376,7 @@ def test_other_users_csrf_and_sign_out(console: Console, browser: Browser, admin
     expect(admin.locator("#a-users")).to_contain_text("bob")
     expect(admin.locator("#a-groups")).to_contain_text("default")
     expect(admin.locator("#a-policies")).to_have_text("none")
+    expect(admin.locator("#a-audit")).to_contain_text("nodes-cordon")  # through the console
     console.shot(admin, "admin")
     # the artefacts: a screenshot of each page
     taken = {p.stem for p in console.shots.glob("*.png")}

@@ -9,6 +9,7 @@ what it printed.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ import pytest
 import tomli_w
 from docs_blocks import Block, console_blocks, script, split_output
 from up_harness import UpStack
+
+from gateway.domain.status import TERMINAL
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -55,7 +58,19 @@ def podman_up(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> I
     yield from _stack(tmp_path_factory.mktemp("docs-podman"), "podman")
 
 
-def run_block(up: UpStack, block: Block, timeout: float = 300.0) -> None:
+def run_block(up: UpStack, block: Block, timeout: float = 150.0) -> None:
+    """Run *block*'s commands in one bash (its own process group, killed after *timeout*,
+    which stays under the suite's per-test limit so a hang still shows what it printed);
+    on any failure, stop what the block left running so the next block gets the stack
+    free rather than failing for want of room."""
+    try:
+        _run_block(up, block, timeout)
+    except BaseException:
+        _clear(up)
+        raise
+
+
+def _run_block(up: UpStack, block: Block, timeout: float) -> None:
     env = up.environ() | {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         # what `jobgate up` without --data-dir uses, for commands that read it (db backup)
@@ -65,27 +80,48 @@ def run_block(up: UpStack, block: Block, timeout: float = 300.0) -> None:
         "127.0.0.1:8420": f"127.0.0.1:{up.port}",
         "127.0.0.1:8421": f"127.0.0.1:{up.proxy_port}",
     }
-    result = subprocess.run(
-        ["bash", "-c", script(block, ports)],
-        env=env,
-        cwd=up.tmp / "work",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    outputs = split_output(result.stdout, len(block.commands))
+    printed_to = up.tmp / f"block-{os.getpid()}.out"
+    with printed_to.open("w+") as sink:
+        proc = subprocess.Popen(
+            ["bash", "-c", script(block, ports)],
+            env=env,
+            cwd=up.tmp / "work",
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        sink.seek(0)
+        stdout = sink.read()
+    outputs = split_output(stdout, len(block.commands))
     for n, (command, (output, rc)) in enumerate(zip(block.commands, outputs, strict=True)):
         where = f"{block.path.relative_to(ROOT)}:{command.line} (block {block.name})"
         shown = f"$ {command.text}\n{output}"
         nxt = block.commands[n + 1].text.strip() if n + 1 < len(block.commands) else ""
         if rc is None:
-            pytest.fail(f"{where}: did not finish\n{shown}\n{result.stderr}")
+            log = up.output()[-4000:]
+            pytest.fail(f"{where}: did not finish in {timeout:.0f} s\n{shown}\n{log}")
         if rc != 0 and not nxt.startswith("echo $?"):
             pytest.fail(f"{where}: exited {rc}\n{shown}")
         printed = {line.strip() for line in output.splitlines()}  # indentation aside
         for line in command.expected:
             if line.strip() != "..." and line.strip() not in printed:
                 pytest.fail(f"{where}: the docs say it prints {line!r}; it printed:\n{shown}")
+
+
+def _clear(up: UpStack) -> None:
+    """Stop every session and endpoint still live on the stack (after a failed block)."""
+    for endpoint in up.cli_json("endpoints", "ls"):
+        up.cli("endpoints", "rm", endpoint["name"])
+    live = up.cli_json("sessions", "ls", "--limit", "500")
+    ids = [s["id"] for s in live if s["status"] not in TERMINAL]
+    if ids:
+        up.cli("sessions", "rm", "--force", *ids)
 
 
 def _params(modes: set[str]) -> list[object]:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from up_harness import UpStack
+from waiting import until_sync
 
 pytestmark = pytest.mark.podman
 
@@ -60,17 +61,6 @@ def show(up: UpStack) -> dict[str, Any]:
 def token(up: UpStack, *args: str) -> str:
     made = up.cli("endpoints", "tokens", "create", "hello", *args, check=True)
     return made.stdout.strip().splitlines()[-1]
-
-
-def until(check: Any, timeout: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"{what} never happened; last: {last!r}")
 
 
 @dataclass
@@ -149,21 +139,23 @@ def test_first_request_wakes_it_and_tokens_decide_who_calls(up: UpStack, endpoin
     revoked = token(up)
     listed = up.cli_json("endpoints", "tokens", "ls", "hello")
     up.cli("endpoints", "tokens", "revoke", "hello", listed[-1]["id"], check=True)
-    until(
+    until_sync(
         lambda: (
             httpx.get(endpoint + "ping", headers={"Authorization": f"Bearer {revoked}"}).status_code
             == 401
         ),
-        10,
-        "revoked token refused",
+        timeout=10,
+        interval=0.25,
+        what="revoked token refused",
     )
-    until(
+    until_sync(
         lambda: (
             httpx.get(endpoint + "ping", headers={"Authorization": f"Bearer {brief}"}).status_code
             == 401
         ),
-        10,
-        "expired token refused",
+        timeout=10,
+        interval=0.25,
+        what="expired token refused",
     )
 
     # another user: the API says 404, and the proxy does not let their key in
@@ -187,7 +179,7 @@ def test_an_image_that_does_not_exist_is_unavailable_with_the_reason(up: UpStack
         failed = [e for e in shown["events"] if e["kind"] == "replica-failed"]
         return shown if shown["status"] == "UNAVAILABLE" and len(failed) >= 2 else None
 
-    shown = until(unavailable, 90, "ghost UNAVAILABLE")
+    shown = until_sync(unavailable, timeout=90, interval=0.25, what="ghost UNAVAILABLE")
     assert "no-such-image" in shown["status_reason"]
     # failures back off (1 s, then 2 s …), no crash loop
     backoffs = [e["inputs"]["backoff_s"] for e in shown["events"] if e["kind"] == "replica-failed"]
@@ -198,10 +190,15 @@ def test_an_image_that_does_not_exist_is_unavailable_with_the_reason(up: UpStack
 def test_rolling_update_and_a_killed_replica_under_load(up: UpStack, endpoint: str) -> None:
     key = token(up)
     up.cli("endpoints", "scale", "hello", "--replicas", "2", check=True)
-    until(lambda: show(up)["ready_replicas"] == 2, 90, "two ready replicas")
+    until_sync(
+        lambda: show(up)["ready_replicas"] == 2,
+        timeout=90,
+        interval=0.25,
+        what="two ready replicas",
+    )
 
     with Load(endpoint, key) as load:
-        until(lambda: load.counts()[0] > 20, 30, "load running")
+        until_sync(lambda: load.counts()[0] > 20, timeout=30, interval=0.25, what="load running")
         before = set(load.replicas)
         done = up.cli("endpoints", "update", "hello", "--env", "VERSION=2", "--wait", check=True)
         assert "revision 2" in done.stdout
@@ -217,7 +214,7 @@ def test_rolling_update_and_a_killed_replica_under_load(up: UpStack, endpoint: s
     shown = show(up)
     victim = shown["replicas"][0]
     with Load(endpoint, key) as load:
-        until(lambda: load.counts()[0] > 20, 30, "load running")
+        until_sync(lambda: load.counts()[0] > 20, timeout=30, interval=0.25, what="load running")
         subprocess.run(
             ["runuser", "-u", PODMAN_USER, "--", "podman", "ps", "-q", "--filter",
              f"label=jobgate.session={victim['session_id']}"],
@@ -238,7 +235,7 @@ def test_rolling_update_and_a_killed_replica_under_load(up: UpStack, endpoint: s
             return now if new and now["status"] == "HEALTHY" else None
 
         try:
-            until(replaced, 90, "the killed replica replaced")
+            until_sync(replaced, timeout=90, interval=0.25, what="the killed replica replaced")
         except AssertionError:
             print(show(up), up.output()[-4000:])
             raise

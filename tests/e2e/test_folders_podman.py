@@ -18,6 +18,7 @@ import httpx
 import pytest
 from podman_harness import PYTHON
 from up_harness import UpStack
+from waiting import until_sync
 
 #: reads every file of the dataset, writes their digests and a copy of one as results
 DIGESTS = """
@@ -157,8 +158,13 @@ def test_removal_refused_while_mounted_and_a_cluster_session_shares_one_folder(
     ended = stack.wait_status(cluster["id"], {"SUCCEEDED", "FAILED", "ERROR"}, timeout=120)
     assert ended["status"] == "SUCCEEDED", ended["status_reason"]
     assert len({k["node"] for k in ended["kernels"]}) == 1
-    logs = stack.cli("sessions", "logs", cluster["id"], "--kernel", "all", check=True).stdout
-    assert logs.count("read True") == 2
+
+    def both_kernels_logged() -> str | None:
+        # a kernel's last lines may reach the gateway just after the session ends
+        out = stack.cli("sessions", "logs", cluster["id"], "--kernel", "all", check=True)
+        return out.stdout if out.stdout.count("read True") == 2 else None
+
+    until_sync(both_kernels_logged, timeout=30, what="both kernels' 'read True' in the logs")
     files = {e["path"] for e in stack.cli_json("folders", "ls", "shared")}
     assert files == {k["id"] for k in ended["kernels"]}
 

@@ -25,7 +25,6 @@ from terminating a session to the waiting one running is measured by
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 import tomli_w
 from up_harness import UpStack
+from waiting import until_sync
 
 T = TypeVar("T")
 GiB = 1024**3
@@ -56,18 +56,6 @@ NODES: dict[str, dict[str, Any]] = {
         "cuda": {"mode": "fractional", "shares_per_device": 1, "quantum": 0.1},
     },
 }
-
-
-def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    """Poll *check* until it returns something (not None); fail with *what* otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.2)
 
 
 @dataclass
@@ -108,7 +96,12 @@ class Up(UpStack):
 
     def session_output(self, name: str) -> str:
         """``jobgate sessions logs NAME`` once the session printed its line."""
-        return wait_for(lambda: self.ok("sessions", "logs", name) or None, f"output of {name}")
+        return until_sync(
+            lambda: self.ok("sessions", "logs", name) or None,
+            timeout=60,
+            interval=0.2,
+            what=f"output of {name}",
+        )
 
     def statuses(self, names: list[str]) -> dict[str, dict[str, Any]]:
         by_name = {s["name"]: s for s in self.cli_json("sessions", "ls")}
@@ -123,7 +116,7 @@ class Up(UpStack):
             now = self.statuses(live)
             return all(s["status"] in TERMINAL for s in now.values()) or None
 
-        wait_for(ended, f"{', '.join(live)} to end")
+        until_sync(ended, timeout=60, interval=0.2, what=f"{', '.join(live)} to end")
         self.mine.clear()
 
 
@@ -179,7 +172,9 @@ def two_run_one_waits(up: Up, names: list[str]) -> tuple[list[str], str, str]:
             return running, pending[0], reason
         return None
 
-    return wait_for(check, "two sessions running and one waiting with a reason")
+    return until_sync(
+        check, timeout=60, interval=0.2, what="two sessions running and one waiting with a reason"
+    )
 
 
 # -- scenario 1 ---------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 from needs import missing
 from podman import PodmanClient
 from up_harness import UpStack
+from waiting import until_sync
 
 from jobgate.localnet import free_port
 
@@ -98,17 +98,16 @@ def tags(run: dict[str, Any]) -> dict[str, str]:
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"mlflow server exited:\n{log.read_text()[-3000:]}")
+    def up() -> bool:
+        assert proc.poll() is None, f"mlflow server exited:\n{log.read_text()[-3000:]}"
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
+            return httpx.get(url, timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"mlflow server not ready:\n{log.read_text()[-3000:]}")
+            return False
+
+    until_sync(
+        up, timeout=timeout, interval=0.3, what=lambda: f"mlflow up:\n{log.read_text()[-3000:]}"
+    )
 
 
 def need_image(socket: str) -> None:
@@ -170,16 +169,6 @@ def world(tmp_path_factory: pytest.TempPathFactory, podman_socket: str) -> Itera
         shutil.rmtree(reachable, ignore_errors=True)
 
 
-def wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"no {what} after {timeout}s")
-
-
 def test_mlflow_run_submits_a_session_whose_run_gets_params_metrics_tags_and_its_log(
     world: World,
 ) -> None:
@@ -195,7 +184,12 @@ def test_mlflow_run_submits_a_session_whose_run_gets_params_metrics_tags_and_its
     assert f"jobgate sessions logs {session_id} -f" in done.stderr
 
     # the watcher `mlflow run` left behind attaches the log when the session ends
-    log = wait_for("log artifact", lambda: world.artifact(run_id, "jobgate/session.log"))
+    log = until_sync(
+        lambda: world.artifact(run_id, "jobgate/session.log"),
+        timeout=120,
+        interval=0.5,
+        what="log artifact",
+    )
     assert "ElasticNet(alpha=0.05, l1_ratio=0.5): rmse" in log
     run = world.api("runs/get", run_id=run_id)["run"]
     assert run["info"]["status"] == "FINISHED"

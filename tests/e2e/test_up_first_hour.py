@@ -215,9 +215,9 @@ def test_multi_node_components_say_in_one_line_what_they_miss_and_what_they_use(
     line = _one_line_failure(["proxy", "serve"], env)
     assert line.startswith("jobgate proxy: JOBGATE_PROXY_SECRET is not set")
     line = _one_line_failure(["worker", "run", "--runtime", "process"], env)
-    assert line.startswith("jobgate worker: JOBGATE_NODE_TOKEN is not set")
+    assert line.startswith("jobgate worker: JOBGATE_JOIN_TOKEN is not set")
     line = _one_line_failure(["gateway", "serve"], env)
-    assert line.startswith("jobgate gateway: JOBGATE_NODE_TOKEN is not set")
+    assert line.startswith("jobgate gateway: JOBGATE_JOIN_TOKEN is not set")
     nowhere = "unix:///nonexistent/podman.sock"
     line = _one_line_failure(
         ["worker", "run", "--runtime", "podman"],

@@ -6,12 +6,10 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter
 from pydantic import BaseModel
-from sqlalchemy import select
 
 from gateway.api.deps import CurrentUser, DbSession, State
 from gateway.apps import open_app
-from gateway.db.models import Kernel
-from gateway.services.views import get_owned
+from gateway.services.views import get_owned, published_apps
 
 router = APIRouter(prefix="/v1/sessions", tags=["apps"])
 
@@ -33,9 +31,7 @@ class AppLinkPublic(BaseModel):
 @router.get("/{session_id}/apps", operation_id="apps-list", response_model=list[AppPublic])
 async def list_apps(session_id: str, principal: CurrentUser, db: DbSession) -> list[AppPublic]:
     session = await get_owned(db, principal, session_id)
-    published: set[str] = set()
-    for (ports,) in await db.execute(select(Kernel.ports).where(Kernel.session_id == session.id)):
-        published.update(ports)
+    published = await published_apps(db, session.id)
     return [
         AppPublic(
             name=name,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from contract.endpoints import Probe, endpoint_url
-from gateway.api.deps import CurrentUser, State
+from gateway.api.deps import CurrentUser, Endpoints, IdempotencyKey, State
 from gateway.api.endpoint_schemas import (
     EndpointEventPublic,
     EndpointPublic,
@@ -22,8 +22,7 @@ from gateway.api.endpoint_schemas import (
     TokenPublic,
 )
 from gateway.config import GatewaySettings
-from gateway.db.models import Endpoint, EndpointRevision, EndpointToken
-from gateway.domain.autoscale import AutoscaleSettings
+from gateway.domain.autoscale import AutoscaleSettings, zero_after_s
 from gateway.domain.endpoints import (
     EndpointCreate,
     EndpointRollback,
@@ -32,14 +31,14 @@ from gateway.domain.endpoints import (
     TokenCreate,
 )
 from gateway.domain.rollout import RolloutSettings
-from gateway.services.endpoints import EndpointDetails, EndpointService
-from gateway.state import AppState
+from gateway.services.endpoints import (
+    Endpoint,
+    EndpointDetails,
+    EndpointRevision,
+    EndpointToken,
+)
 
 router = APIRouter(prefix="/v1/endpoints", tags=["endpoints"])
-
-
-def _service(state: AppState) -> EndpointService:
-    return EndpointService(state.db, state.pool, state.sessions)
 
 
 def _url(settings: GatewaySettings, name: str) -> str:
@@ -67,6 +66,7 @@ def _revision(r: EndpointRevision) -> RevisionPublic:
 
 
 def _summary(settings: GatewaySettings, e: Endpoint, owner: str, ready: int) -> EndpointSummary:
+    autoscale = AutoscaleSettings.model_validate(e.autoscale)
     return EndpointSummary(
         id=e.id,
         name=e.name,
@@ -78,7 +78,8 @@ def _summary(settings: GatewaySettings, e: Endpoint, owner: str, ready: int) -> 
         revision=e.revision,
         desired_replicas=e.desired_replicas,
         ready_replicas=ready,
-        autoscale=AutoscaleSettings.model_validate(e.autoscale),
+        autoscale=autoscale,
+        to_zero_after_s=zero_after_s(autoscale),
         created_at=e.created_at,
         updated_at=e.updated_at,
     )
@@ -143,70 +144,69 @@ async def create_endpoint(
     body: EndpointCreate,
     principal: CurrentUser,
     state: State,
+    endpoints: Endpoints,
     response: Response,
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> EndpointPublic:
     """Create an endpoint (revision 1); the controller starts its replicas.
 
     A repeated ``Idempotency-Key`` returns the first endpoint (200)."""
-    service = _service(state)
-    endpoint, created = await service.create(principal, body, idempotency_key)
+    endpoint, created = await endpoints.create(principal, body, idempotency_key)
     if not created:
         response.status_code = status.HTTP_200_OK
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Location"] = f"/v1/endpoints/{endpoint.name}"
-    return _details(state.settings, await service.details(principal, endpoint.name))
+    return _details(state.settings, await endpoints.details(principal, endpoint.name))
 
 
 @router.get("", operation_id="endpoints-list", response_model=list[EndpointSummary])
 async def list_endpoints(
     principal: CurrentUser,
     state: State,
+    endpoints: Endpoints,
     all_users: Annotated[bool, Query(alias="all", description="admins: every user's")] = False,
 ) -> list[EndpointSummary]:
-    service = _service(state)
     out = []
-    for e in await service.list_endpoints(principal, all_users=all_users):
-        d = await service.details(principal, e.name)
+    for e in await endpoints.list_endpoints(principal, all_users=all_users):
+        d = await endpoints.details(principal, e.name)
         out.append(_summary(state.settings, e, d.owner, _details(state.settings, d).ready_replicas))
     return out
 
 
 @router.get("/{name}", operation_id="endpoints-get", response_model=EndpointPublic)
-async def get_endpoint(name: str, principal: CurrentUser, state: State) -> EndpointPublic:
+async def get_endpoint(
+    name: str, principal: CurrentUser, state: State, endpoints: Endpoints
+) -> EndpointPublic:
     """Status, URL, revision, desired vs ready, each replica, recent decisions."""
-    return _details(state.settings, await _service(state).details(principal, name))
+    return _details(state.settings, await endpoints.details(principal, name))
 
 
 @router.post("/{name}/scale", operation_id="endpoints-scale", response_model=EndpointPublic)
 async def scale_endpoint(
-    name: str, body: EndpointScale, principal: CurrentUser, state: State
+    name: str, body: EndpointScale, principal: CurrentUser, state: State, endpoints: Endpoints
 ) -> EndpointPublic:
     """A fixed replica count, or min/max (and a target) for autoscaling."""
-    service = _service(state)
-    await service.scale(principal, name, body)
-    return _details(state.settings, await service.details(principal, name))
+    await endpoints.scale(principal, name, body)
+    return _details(state.settings, await endpoints.details(principal, name))
 
 
 @router.post("/{name}/revisions", operation_id="endpoints-update", response_model=EndpointPublic)
 async def update_endpoint(
-    name: str, body: EndpointUpdate, principal: CurrentUser, state: State
+    name: str, body: EndpointUpdate, principal: CurrentUser, state: State, endpoints: Endpoints
 ) -> EndpointPublic:
     """A new revision: the current one with the fields given changed, rolled out replica
     by replica (rolled back if it never gets ready)."""
-    service = _service(state)
-    await service.update(principal, name, body)
-    return _details(state.settings, await service.details(principal, name))
+    await endpoints.update(principal, name, body)
+    return _details(state.settings, await endpoints.details(principal, name))
 
 
 @router.post("/{name}/rollback", operation_id="endpoints-rollback", response_model=EndpointPublic)
 async def rollback_endpoint(
-    name: str, body: EndpointRollback, principal: CurrentUser, state: State
+    name: str, body: EndpointRollback, principal: CurrentUser, state: State, endpoints: Endpoints
 ) -> EndpointPublic:
     """Roll out an earlier revision again (default: the last one that was ready)."""
-    service = _service(state)
-    await service.rollback(principal, name, body.to)
-    return _details(state.settings, await service.details(principal, name))
+    await endpoints.rollback(principal, name, body.to)
+    return _details(state.settings, await endpoints.details(principal, name))
 
 
 @router.delete(
@@ -215,10 +215,11 @@ async def rollback_endpoint(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=EndpointSummary,
 )
-async def delete_endpoint(name: str, principal: CurrentUser, state: State) -> EndpointSummary:
+async def delete_endpoint(
+    name: str, principal: CurrentUser, state: State, endpoints: Endpoints
+) -> EndpointSummary:
     """Stop taking requests and stop every replica."""
-    service = _service(state)
-    endpoint = await service.delete(principal, name)
+    endpoint = await endpoints.delete(principal, name)
     return _summary(state.settings, endpoint, principal.name, 0)
 
 
@@ -229,18 +230,18 @@ async def delete_endpoint(name: str, principal: CurrentUser, state: State) -> En
     response_model=TokenCreated,
 )
 async def create_token(
-    name: str, body: TokenCreate, principal: CurrentUser, state: State
+    name: str, body: TokenCreate, principal: CurrentUser, endpoints: Endpoints
 ) -> TokenCreated:
     """A bearer token for calling the endpoint; the answer is the only time it is shown."""
-    issued = await _service(state).create_token(principal, name, body)
+    issued = await endpoints.create_token(principal, name, body)
     return TokenCreated(**_token(issued.row).model_dump(), token=issued.token)
 
 
 @router.get(
     "/{name}/tokens", operation_id="endpoints-tokens-list", response_model=list[TokenPublic]
 )
-async def list_tokens(name: str, principal: CurrentUser, state: State) -> list[TokenPublic]:
-    return [_token(t) for t in await _service(state).list_tokens(principal, name)]
+async def list_tokens(name: str, principal: CurrentUser, endpoints: Endpoints) -> list[TokenPublic]:
+    return [_token(t) for t in await endpoints.list_tokens(principal, name)]
 
 
 @router.delete(
@@ -249,6 +250,8 @@ async def list_tokens(name: str, principal: CurrentUser, state: State) -> list[T
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def revoke_token(name: str, token_id: str, principal: CurrentUser, state: State) -> Response:
-    await _service(state).revoke_token(principal, name, token_id)
+async def revoke_token(
+    name: str, token_id: str, principal: CurrentUser, endpoints: Endpoints
+) -> Response:
+    await endpoints.revoke_token(principal, name, token_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -9,47 +9,51 @@ so an interrupted upload resumes there; the file appears in the folder, atomical
 the last byte arrives. The quota is checked when the upload is created, against its
 declared length: nothing is written for an upload that would not fit.
 
-Downloads stream from the file (``Range: bytes=a-b`` answers 206).
+Downloads stream from the file (``Range: bytes=a-b`` answers 206). The bytes move in
+``api/tus.py``; these routes check who may do what.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import os
-from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from starlette.requests import ClientDisconnect
 
 from contract.folders import (
-    FOLDER_ID_PATTERN,
     FOLDER_NAME_PATTERN,
     FOLDER_PATH_OR_ROOT_PATTERN,
     FOLDER_PATH_PATTERN,
     is_automount,
 )
-from gateway.api.deps import CurrentUser, State
+from gateway.api.deps import CurrentUser, Folders
+from gateway.api.rules import UPLOAD_ID_PATTERN
+from gateway.api.tus import (
+    TUS_MEDIA,
+    Unsatisfiable,
+    append,
+    byte_range,
+    metadata,
+    read_range,
+    settled_offset,
+    tus_headers,
+)
 from gateway.auth import Principal
-from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound
-from gateway.domain.requests import MAX_JSON_INT, Input
+from gateway.domain.errors import Invalid, JobgateError, NotFound
+from gateway.domain.requests import FOLDER_REF_PATTERN, MAX_JSON_INT, Input
 from gateway.services.folderfs import Entry, Upload
-from gateway.services.folders import FolderView
+from gateway.services.folders import FolderService, FolderView
 
 router = APIRouter(tags=["folders"])
 
-TUS_VERSION = "1.0.0"
-TUS_MEDIA = "application/offset+octet-stream"
-CHUNK = 1024 * 1024
 FolderRef = Annotated[
     str,
     Path(
-        pattern=f"({FOLDER_NAME_PATTERN})|({FOLDER_ID_PATTERN})",
+        pattern=FOLDER_REF_PATTERN,
         description="the folder's name or id",
     ),
 ]
@@ -61,13 +65,8 @@ FilePath = Annotated[
         json_schema_extra={"pattern": FOLDER_PATH_PATTERN},
     ),
 ]
-UploadId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")]
+UploadId = Annotated[str, Path(pattern=UPLOAD_ID_PATTERN)]
 Perm = Literal["ro", "rw", "wd"]
-
-
-class Unsatisfiable(JobgateError):
-    status = 416
-    title = "Range not satisfiable"
 
 
 class UnsupportedMedia(JobgateError):
@@ -134,10 +133,9 @@ class UploadPublic(BaseModel):
     offset: int
 
 
-async def _visible(folder: FolderRef, principal: CurrentUser, state: State) -> None:
+async def _visible(folder: FolderRef, principal: CurrentUser, folders: Folders) -> None:
     """404 for a folder the caller cannot see, before the body is even read."""
-    async with state.db() as db:
-        await state.folders.resolve(db, principal, folder)
+    await folders.visible(principal, folder)
 
 
 Visible = Depends(_visible)
@@ -167,26 +165,28 @@ def _public(v: FolderView) -> FolderPublic:
     status_code=status.HTTP_201_CREATED,
     response_model=FolderPublic,
 )
-async def create_folder(body: FolderCreate, principal: CurrentUser, state: State) -> FolderPublic:
+async def create_folder(
+    body: FolderCreate, principal: CurrentUser, folders: Folders
+) -> FolderPublic:
     """A new, empty folder owned by you (or by a project you belong to)."""
-    return _public(await state.folders.create(principal, body.name, body.project, body.usage))
+    return _public(await folders.create(principal, body.name, body.project, body.usage))
 
 
 @router.get("/v1/folders", operation_id="folders-list", response_model=FolderList)
 async def list_folders(
     principal: CurrentUser,
-    state: State,
+    folders: Folders,
     trashed: Annotated[bool, Query(description="list the trash instead")] = False,
 ) -> FolderList:
     """The folders you can use: yours, your projects', shared with you (admins: all)."""
-    views = await state.folders.listing(principal, trashed=trashed)
+    views = await folders.listing(principal, trashed=trashed)
     return FolderList(items=[_public(v) for v in views])
 
 
 @router.get("/v1/folders/{folder}", operation_id="folders-show", response_model=FolderPublic)
-async def show_folder(folder: FolderRef, principal: CurrentUser, state: State) -> FolderPublic:
+async def show_folder(folder: FolderRef, principal: CurrentUser, folders: Folders) -> FolderPublic:
     """One folder with its size, its shares and the live sessions that mount it."""
-    return _public(await state.folders.show(principal, folder))
+    return _public(await folders.show(principal, folder))
 
 
 @router.delete(
@@ -195,17 +195,21 @@ async def show_folder(folder: FolderRef, principal: CurrentUser, state: State) -
     response_model=FolderPublic,
     responses={409: {"description": "mounted by live sessions (listed in `sessions`)"}},
 )
-async def remove_folder(folder: FolderRef, principal: CurrentUser, state: State) -> FolderPublic:
+async def remove_folder(
+    folder: FolderRef, principal: CurrentUser, folders: Folders
+) -> FolderPublic:
     """Move the folder to the trash (refused while a live session mounts it)."""
-    return _public(await state.folders.trash(principal, folder))
+    return _public(await folders.trash(principal, folder))
 
 
 @router.post(
     "/v1/folders/{folder}/restore", operation_id="folders-restore", response_model=FolderPublic
 )
-async def restore_folder(folder: FolderRef, principal: CurrentUser, state: State) -> FolderPublic:
+async def restore_folder(
+    folder: FolderRef, principal: CurrentUser, folders: Folders
+) -> FolderPublic:
     """Take the folder out of the trash."""
-    return _public(await state.folders.restore(principal, folder))
+    return _public(await folders.restore(principal, folder))
 
 
 @router.post(
@@ -214,9 +218,9 @@ async def restore_folder(folder: FolderRef, principal: CurrentUser, state: State
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def purge_folder(folder: FolderRef, principal: CurrentUser, state: State) -> Response:
+async def purge_folder(folder: FolderRef, principal: CurrentUser, folders: Folders) -> Response:
     """Delete a folder in the trash, and its files, for good."""
-    await state.folders.purge(principal, folder)
+    await folders.purge(principal, folder)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -227,10 +231,10 @@ async def purge_folder(folder: FolderRef, principal: CurrentUser, state: State) 
     response_model=FolderPublic,
 )
 async def share_folder(
-    folder: FolderRef, user: str, body: ShareSet, principal: CurrentUser, state: State
+    folder: FolderRef, user: str, body: ShareSet, principal: CurrentUser, folders: Folders
 ) -> FolderPublic:
     """Give a user ro, rw or wd on the folder (owners only)."""
-    return _public(await state.folders.share(principal, folder, user, body.perm))
+    return _public(await folders.share(principal, folder, user, body.perm))
 
 
 @router.delete(
@@ -239,10 +243,10 @@ async def share_folder(
     response_model=FolderPublic,
 )
 async def unshare_folder(
-    folder: FolderRef, user: str, principal: CurrentUser, state: State
+    folder: FolderRef, user: str, principal: CurrentUser, folders: Folders
 ) -> FolderPublic:
     """Take a user's share away (owners only)."""
-    return _public(await state.folders.share(principal, folder, user, None))
+    return _public(await folders.share(principal, folder, user, None))
 
 
 # -- files -----------------------------------------------------------------------------
@@ -254,7 +258,7 @@ def _entry(e: Entry) -> EntryPublic:
 async def list_files(
     folder: FolderRef,
     principal: CurrentUser,
-    state: State,
+    folders: Folders,
     path: Annotated[
         str,
         Query(
@@ -266,41 +270,9 @@ async def list_files(
     recursive: bool = False,
 ) -> EntryList:
     """What a directory of the folder holds (symbolic links are shown, never followed)."""
-    row = await state.folders.access(principal, folder, "ro")
-    entries = await asyncio.to_thread(state.folders.fs.list, row.id, path, recursive=recursive)
+    row = await folders.access(principal, folder, "ro")
+    entries = await asyncio.to_thread(folders.fs.list, row.id, path, recursive=recursive)
     return EntryList(items=[_entry(e) for e in entries])
-
-
-def _range(header: str | None, size: int) -> tuple[int, int] | None:
-    """``bytes=a-b`` | ``bytes=a-`` | ``bytes=-n`` -> (start, end inclusive); None: all."""
-    if not header or not header.startswith("bytes=") or "," in header:
-        return None  # no range, another unit, or several ranges: the whole file (RFC 9110)
-    first, sep, last = header.removeprefix("bytes=").strip().partition("-")
-    if not sep or not (first.isdigit() or last.isdigit()):
-        return None
-    if not first:
-        length = int(last)
-        if length == 0:
-            raise Unsatisfiable(f"an empty suffix range of a {size}-byte file")
-        return max(0, size - length), size - 1
-    start = int(first)
-    end = min(int(last), size - 1) if last.isdigit() else size - 1
-    if start >= size or (last.isdigit() and int(last) < start):
-        raise Unsatisfiable(f"bytes {header.removeprefix('bytes=')} of a {size}-byte file")
-    return start, end
-
-
-async def _read(fd: int, start: int, end: int) -> AsyncIterator[bytes]:
-    try:
-        offset = start
-        while offset <= end:
-            chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, end - offset + 1), offset)
-            if not chunk:
-                break
-            offset += len(chunk)
-            yield chunk
-    finally:
-        os.close(fd)
 
 
 @router.get(
@@ -317,15 +289,15 @@ async def download_file(
     folder: FolderRef,
     path: FilePath,
     principal: CurrentUser,
-    state: State,
+    folders: Folders,
     range_: Annotated[str | None, Header(alias="Range")] = None,
 ) -> StreamingResponse:
     """The file's bytes, streamed; ``Range: bytes=START-END`` gives a part (206)."""
-    row = await state.folders.access(principal, folder, "ro")
-    fd, info = await asyncio.to_thread(state.folders.fs.open_file, row.id, path)
+    row = await folders.access(principal, folder, "ro")
+    fd, info = await asyncio.to_thread(folders.fs.open_file, row.id, path)
     size = info.st_size
     try:
-        wanted = _range(range_, size)
+        wanted = byte_range(range_, size)
     except Unsatisfiable:
         os.close(fd)
         raise
@@ -336,7 +308,7 @@ async def download_file(
         code = status.HTTP_206_PARTIAL_CONTENT
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
     return StreamingResponse(
-        _read(fd, start, end),
+        read_range(fd, start, end),
         status_code=code,
         headers=headers,
         media_type="application/octet-stream",
@@ -350,11 +322,11 @@ async def download_file(
     response_class=Response,
 )
 async def remove_path(
-    folder: FolderRef, path: FilePath, principal: CurrentUser, state: State
+    folder: FolderRef, path: FilePath, principal: CurrentUser, folders: Folders
 ) -> Response:
     """Delete a file, a link or a directory tree (needs wd)."""
-    row = await state.folders.access(principal, folder, "wd")
-    await asyncio.to_thread(state.folders.fs.remove, row.id, path)
+    row = await folders.access(principal, folder, "wd")
+    await asyncio.to_thread(folders.fs.remove, row.id, path)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -366,11 +338,11 @@ async def remove_path(
     response_class=Response,
 )
 async def move_path(
-    folder: FolderRef, body: MoveBody, principal: CurrentUser, state: State
+    folder: FolderRef, body: MoveBody, principal: CurrentUser, folders: Folders
 ) -> Response:
     """Rename a file or directory inside the folder (an existing target is kept: 409)."""
-    row = await state.folders.access(principal, folder, "rw")
-    await asyncio.to_thread(state.folders.fs.move, row.id, body.source, body.target)
+    row = await folders.access(principal, folder, "rw")
+    await asyncio.to_thread(folders.fs.move, row.id, body.source, body.target)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -382,35 +354,15 @@ async def move_path(
     response_class=Response,
 )
 async def make_dir(
-    folder: FolderRef, body: PathBody, principal: CurrentUser, state: State
+    folder: FolderRef, body: PathBody, principal: CurrentUser, folders: Folders
 ) -> Response:
     """Create a directory (and its parents) inside the folder."""
-    row = await state.folders.access(principal, folder, "rw")
-    await asyncio.to_thread(state.folders.fs.mkdir, row.id, body.path)
+    row = await folders.access(principal, folder, "rw")
+    await asyncio.to_thread(folders.fs.mkdir, row.id, body.path)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 # -- resumable uploads (tus 1.0) ------------------------------------------------------
-def _metadata(header: str | None) -> dict[str, str]:
-    """tus ``Upload-Metadata``: ``key base64value,key2 base64value2``."""
-    found: dict[str, str] = {}
-    for item in (header or "").split(","):
-        key, _, value = item.strip().partition(" ")
-        if not key:
-            continue
-        try:
-            found[key] = base64.b64decode(value, validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            raise Invalid(
-                f"Upload-Metadata {key!r} is not base64 UTF-8", field="Upload-Metadata"
-            ) from None
-    return found
-
-
-def _tus(headers: dict[str, str] | None = None) -> dict[str, str]:
-    return {"Tus-Resumable": TUS_VERSION, "Cache-Control": "no-store", **(headers or {})}
-
-
 @router.post(
     "/v1/folders/{folder}/uploads",
     operation_id="folders-upload-create",
@@ -422,7 +374,7 @@ def _tus(headers: dict[str, str] | None = None) -> dict[str, str]:
 async def create_upload(
     folder: FolderRef,
     principal: CurrentUser,
-    state: State,
+    folders: Folders,
     response: Response,
     upload_length: Annotated[int, Header(alias="Upload-Length", ge=0, le=MAX_JSON_INT)],
     upload_metadata: Annotated[
@@ -435,36 +387,38 @@ async def create_upload(
     ],
 ) -> UploadPublic:
     """Announce an upload of ``Upload-Length`` bytes to ``path``; PATCH its Location."""
-    path = _metadata(upload_metadata).get("path")
+    path = metadata(upload_metadata).get("path")
     if not path:
         raise Invalid(
             "Upload-Metadata must name the path: 'path <base64>'", field="Upload-Metadata"
         )
-    row = await state.folders.access(principal, folder, "rw")
-    await state.folders.check_quota(row, upload_length)
-    fs = state.folders.fs
+    row = await folders.access(principal, folder, "rw")
+    await folders.check_quota(row, upload_length)
+    fs = folders.fs
     upload = await asyncio.to_thread(
         fs.start_upload, row.id, path, upload_length, principal.user_id
     )
     if upload_length == 0:
         await asyncio.to_thread(fs.finish_upload, upload)
-    response.headers.update(_tus({"Location": f"/v1/uploads/{upload.id}"}))
+    response.headers.update(tus_headers({"Location": f"/v1/uploads/{upload.id}"}))
     return UploadPublic(id=upload.id, folder=row.name, path=path, length=upload_length, offset=0)
 
 
-async def _own_upload(state: Any, principal: Principal, upload_id: str) -> Upload:
-    upload: Upload = await asyncio.to_thread(state.folders.fs.upload, upload_id)
+async def _own_upload(folders: FolderService, principal: Principal, upload_id: str) -> Upload:
+    upload = await asyncio.to_thread(folders.fs.upload, upload_id)
     if upload.user_id != principal.user_id:
         raise NotFound(f"no upload {upload_id!r} (finished, abandoned or never made)")
     return upload
 
 
 @router.head("/v1/uploads/{upload_id}", operation_id="folders-upload-offset")
-async def upload_offset(upload_id: UploadId, principal: CurrentUser, state: State) -> Response:
+async def upload_offset(upload_id: UploadId, principal: CurrentUser, folders: Folders) -> Response:
     """How many bytes of the upload arrived (``Upload-Offset``): resume from there."""
-    upload = await _own_upload(state, principal, upload_id)
+    upload = await _own_upload(folders, principal, upload_id)
+    fd = await asyncio.to_thread(folders.fs.open_part, upload.id, write=False)
+    offset = await settled_offset(fd)
     return Response(
-        headers=_tus({"Upload-Offset": str(upload.offset), "Upload-Length": str(upload.length)})
+        headers=tus_headers({"Upload-Offset": str(offset), "Upload-Length": str(upload.length)})
     )
 
 
@@ -485,59 +439,22 @@ async def append_upload(
     upload_id: UploadId,
     request: Request,
     principal: CurrentUser,
-    state: State,
+    folders: Folders,
     upload_offset: Annotated[int, Header(alias="Upload-Offset", ge=0)],
 ) -> Response:
     """Append the body at ``Upload-Offset`` (which must be what HEAD says)."""
     if request.headers.get("content-type") != TUS_MEDIA:
         raise UnsupportedMedia("send the bytes as Content-Type: application/offset+octet-stream")
-    upload = await _own_upload(state, principal, upload_id)
-    await state.folders.access(principal, upload.folder_id, "rw")
-    if upload_offset != upload.offset:
-        raise Conflict(
-            f"the upload is at offset {upload.offset}, not {upload_offset}", offset=upload.offset
-        )
-    offset = await _append(state, upload, request)
+    upload = await _own_upload(folders, principal, upload_id)
+    await folders.access(principal, upload.folder_id, "rw")
+    fd = await asyncio.to_thread(folders.fs.open_part, upload.id)
+    offset = await append(fd, upload_offset, upload.length, request)
     if offset == upload.length:
-        await asyncio.to_thread(state.folders.fs.finish_upload, upload)
+        await asyncio.to_thread(folders.fs.finish_upload, upload)
     return Response(
-        status_code=status.HTTP_204_NO_CONTENT, headers=_tus({"Upload-Offset": str(offset)})
+        status_code=status.HTTP_204_NO_CONTENT,
+        headers=tus_headers({"Upload-Offset": str(offset)}),
     )
-
-
-async def _append(state: Any, upload: Upload, request: Request) -> int:
-    """Stream the body onto the part file (1 MiB writes); what arrived before a
-    disconnect stays, so the client resumes there."""
-    fd = await asyncio.to_thread(state.folders.fs.open_part, upload.id)
-    offset = upload.offset
-    buffer = bytearray()
-    try:
-        try:
-            async for chunk in request.stream():
-                if offset + len(buffer) + len(chunk) > upload.length:
-                    raise Invalid(
-                        f"the upload is {upload.length} bytes; this body goes past its end",
-                        field="Upload-Length",
-                    )
-                buffer += chunk
-                if len(buffer) >= CHUNK:
-                    await asyncio.to_thread(_write_all, fd, bytes(buffer))
-                    offset += len(buffer)
-                    buffer.clear()
-        except ClientDisconnect:
-            pass
-        if buffer:
-            await asyncio.to_thread(_write_all, fd, bytes(buffer))
-            offset += len(buffer)
-    finally:
-        os.close(fd)
-    return offset
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 @router.delete(
@@ -546,8 +463,8 @@ def _write_all(fd: int, data: bytes) -> None:
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def cancel_upload(upload_id: UploadId, principal: CurrentUser, state: State) -> Response:
+async def cancel_upload(upload_id: UploadId, principal: CurrentUser, folders: Folders) -> Response:
     """Give up an upload (what arrived is deleted)."""
-    upload = await _own_upload(state, principal, upload_id)
-    await asyncio.to_thread(state.folders.fs.cancel_upload, upload.id)
-    return Response(status_code=status.HTTP_204_NO_CONTENT, headers=_tus())
+    upload = await _own_upload(folders, principal, upload_id)
+    await asyncio.to_thread(folders.fs.cancel_upload, upload.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT, headers=tus_headers())

@@ -15,19 +15,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
-from sqlalchemy import func, select
 
-from gateway.api.deps import Admin, CurrentUser, DbSession, State
-from gateway.db.models import Node, ResourceGroup
-from gateway.domain.errors import Invalid
+from gateway.api.deps import Admin, CurrentUser, Groups
+from gateway.api.rules import SHORT_NAME_PATTERN
 from gateway.domain.requests import NO_NUL, Input
-from gateway.scheduler.snapshot import group_config
-from plugins.scheduling.errors import SchedulerConfigError
-from plugins.scheduling.pipeline import build_pipeline
+from gateway.services.groups import ResourceGroup
 
 router = APIRouter(prefix="/v1/resource-groups", tags=["groups"])
 
-GroupName = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+GroupName = Annotated[str, Path(pattern=SHORT_NAME_PATTERN)]
 
 
 class GroupSet(Input):
@@ -56,85 +52,31 @@ class GroupPublic(BaseModel):
     nodes: int
 
 
-def _public(group: ResourceGroup, nodes: int, state: State) -> GroupPublic:
+def _public(group: ResourceGroup, nodes: int, groups: Groups) -> GroupPublic:
     """A group as the API shows it; ``effective`` is exactly what the scheduler's snapshot
     reads from the same row."""
-    effective = group_config(group, state.settings).model_dump(mode="json")
     return GroupPublic(
         name=group.name,
         description=group.description,
         scheduler=dict(group.scheduler),
-        effective=effective,
+        effective=groups.effective(group),
         nodes=nodes,
     )
 
 
-async def _node_count(db: DbSession, name: str) -> int:
-    query = select(func.count()).select_from(Node).where(Node.resource_group == name)
-    return int((await db.execute(query)).scalar_one())
-
-
-def _merged(stored: dict[str, Any], patch: dict[str, Any] | None) -> dict[str, Any]:
-    """*stored* with *patch*'s keys: each replaces the stored one, ``null`` removes it;
-    an empty or null patch is the default configuration (``{}``)."""
-    if not patch:
-        return {}
-    merged = {**stored, **patch}
-    return {key: value for key, value in merged.items() if value is not None}
-
-
-def _check(group: ResourceGroup, state: State) -> None:
-    try:
-        build_pipeline(group_config(group, state.settings, strict=True), strict=True)
-    except (SchedulerConfigError, ValueError) as exc:
-        raise Invalid(
-            f"the scheduler configuration does not work: {exc}", field="scheduler"
-        ) from None
-
-
 @router.get("", operation_id="groups-list", response_model=list[GroupPublic])
-async def list_groups(_: CurrentUser, db: DbSession, state: State) -> list[GroupPublic]:
-    counts = {
-        group: n
-        for group, n in await db.execute(
-            select(Node.resource_group, func.count()).group_by(Node.resource_group)
-        )
-    }
-    rows = (await db.execute(select(ResourceGroup).order_by(ResourceGroup.name))).scalars()
-    return [_public(g, counts.get(g.name, 0), state) for g in rows]
+async def list_groups(_: CurrentUser, groups: Groups) -> list[GroupPublic]:
+    return [_public(g, n, groups) for g, n in await groups.listing()]
 
 
 @router.put("/{name}", operation_id="groups-set", response_model=GroupPublic)
-async def set_group(
-    name: GroupName, body: GroupSet, _: Admin, db: DbSession, state: State
-) -> GroupPublic:
+async def set_group(name: GroupName, body: GroupSet, _: Admin, groups: Groups) -> GroupPublic:
     """Create a group or replace its configuration; the pipeline is checked first."""
-    _check(ResourceGroup(name=name, description=body.description, scheduler=body.scheduler), state)
-    async with db.begin():
-        group = await db.get(ResourceGroup, name)
-        if group is None:
-            group = ResourceGroup(name=name)
-            db.add(group)
-        group.description = body.description
-        group.scheduler = dict(body.scheduler)
-    return _public(group, await _node_count(db, name), state)
+    return _public(*await groups.set(name, body.description, body.scheduler), groups)
 
 
 @router.patch("/{name}", operation_id="groups-update", response_model=GroupPublic)
-async def update_group(
-    name: GroupName, body: GroupPatch, _: Admin, db: DbSession, state: State
-) -> GroupPublic:
+async def update_group(name: GroupName, body: GroupPatch, _: Admin, groups: Groups) -> GroupPublic:
     """Change only the fields given (creates the group if there is none); checked first."""
     given = body.model_dump(exclude_unset=True)
-    async with db.begin():
-        group = await db.get(ResourceGroup, name, with_for_update=True)
-        if group is None:
-            group = ResourceGroup(name=name, description="", scheduler={})
-            db.add(group)
-        if "description" in given:
-            group.description = body.description or ""
-        if "scheduler" in given:
-            scheduler = _merged(dict(group.scheduler), body.scheduler)
-            _check(ResourceGroup(name=name, scheduler=scheduler), state)
-            group.scheduler = scheduler
-    return _public(group, await _node_count(db, name), state)
+    return _public(*await groups.update(name, given), groups)

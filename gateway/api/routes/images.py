@@ -11,15 +11,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import select
 
 from contract.apps import with_defaults
-from gateway.api.deps import Admin, CurrentUser, DbSession
-from gateway.db.models import Image, User
+from gateway.api.deps import Admin, CurrentUser, Images
+from gateway.api.rules import PROTOCOL_PATTERN
 from gateway.domain.errors import Invalid
 from gateway.domain.requests import Input
 from gateway.domain.validation import IMAGE_PATTERN, valid_image_reference
-from gateway.images import forget, visible_to
+from gateway.services.images import Image
 from plugins.runtimes.base import PORT_NAME_PATTERN, parse_service_ports
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
@@ -29,7 +28,7 @@ ImageName = Annotated[str, Path(json_schema_extra={"pattern": IMAGE_PATTERN, "ma
 
 class AppDefinition(Input):
     port: int = Field(ge=1, le=65535)
-    protocol: str = Field(default="http", pattern="^(http|tcp)$")
+    protocol: str = Field(default="http", pattern=PROTOCOL_PATTERN)
     start: str | None = Field(
         default=None, max_length=4096, description="command template with {port} and {base_url}"
     )
@@ -94,19 +93,13 @@ def image_view(row: Image, owner: str | None = None) -> ImagePublic:
 
 
 @router.get("", operation_id="images-list", response_model=list[ImagePublic])
-async def list_images(principal: CurrentUser, db: DbSession) -> list[ImagePublic]:
+async def list_images(principal: CurrentUser, images: Images) -> list[ImagePublic]:
     """Public images and the caller's private ones (committed sessions); admins see all."""
-    query = (
-        select(Image, User.name)
-        .outerjoin(User, User.id == Image.owner_id)
-        .where(visible_to(principal))
-        .order_by(Image.name)
-    )
-    return [image_view(row, owner) for row, owner in (await db.execute(query)).all()]
+    return [image_view(row, owner) for row, owner in await images.listing(principal)]
 
 
 @router.put("/{name:path}", operation_id="images-set", response_model=ImagePublic)
-async def set_image(name: ImageName, body: ImageSet, _: Admin, db: DbSession) -> ImagePublic:
+async def set_image(name: ImageName, body: ImageSet, _: Admin, images: Images) -> ImagePublic:
     """Register the apps of an image (``service_ports``, and/or full ``apps`` definitions)."""
     if not valid_image_reference(name):
         raise Invalid(f"not an image reference: {name!r}", field="name")
@@ -119,13 +112,7 @@ async def set_image(name: ImageName, body: ImageSet, _: Admin, db: DbSession) ->
     apps.update(body.apps)
     if not apps:
         raise Invalid("give service_ports or apps", field="apps")
-    async with db.begin():
-        row = await db.get(Image, name)
-        if row is None:
-            row = Image(name=name, visibility="public", state="ready", detail="")
-            db.add(row)
-        row.apps = {k: v.model_dump() for k, v in apps.items()}
-        return image_view(row)
+    return image_view(await images.set(name, {k: v.model_dump() for k, v in apps.items()}))
 
 
 @router.delete(
@@ -134,9 +121,8 @@ async def set_image(name: ImageName, body: ImageSet, _: Admin, db: DbSession) ->
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def delete_image(name: ImageName, principal: CurrentUser, db: DbSession) -> Response:
+async def delete_image(name: ImageName, principal: CurrentUser, images: Images) -> Response:
     """Forget a public image's apps (admins), or delete a private image (its owner, admins;
     another user's is a 404). 204 with no body (and no content type)."""
-    async with db.begin():
-        await forget(db, principal, name)
+    await images.delete(principal, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,4 +1,6 @@
-"""/v1/internal: what worker nodes send with their node token (log uploads)."""
+"""/v1/internal: what worker nodes send. A node joins once with the join token and then
+presents its own credential, which reaches only what is placed on that node
+(``gateway/services/node_credentials.py``)."""
 
 from __future__ import annotations
 
@@ -7,19 +9,40 @@ import binascii
 
 from fastapi import APIRouter
 
-from contract.messages import LogOffsets, LogUpload
-from gateway.api.deps import NodeAuth, State
+from contract.messages import LogOffsets, LogUpload, NodeJoin, NodeJoined
+from gateway.api.deps import CurrentNode, JoinAuth, Logs, NodeCredentials
 from gateway.domain.errors import Invalid
 from gateway.services.logs import LogChunkIn
 
-router = APIRouter(prefix="/v1/internal", tags=["internal"], dependencies=[NodeAuth])
+router = APIRouter(prefix="/v1/internal", tags=["internal"])
+
+
+@router.post(
+    "/nodes/join",
+    operation_id="internal-join-node",
+    response_model=NodeJoined,
+    dependencies=[JoinAuth],
+)
+async def join_node(body: NodeJoin, credentials: NodeCredentials) -> NodeJoined:
+    """The node's own credential, shown once; 409 if that node id holds a valid one."""
+    credential = await credentials.join(body.node_id)
+    return NodeJoined(node_id=body.node_id, credential=credential)
 
 
 @router.post(
     "/kernels/{kernel_id}/logs", operation_id="internal-append-logs", response_model=LogOffsets
 )
-async def append_logs(kernel_id: str, body: LogUpload, state: State) -> LogOffsets:
-    """Append output; returns how many bytes of each stream the gateway now holds."""
+async def append_logs(
+    kernel_id: str,
+    body: LogUpload,
+    node: CurrentNode,
+    credentials: NodeCredentials,
+    logs: Logs,
+) -> LogOffsets:
+    """Append output of a kernel placed on the calling node, or of an earlier attempt of
+    it that ran there; returns how many bytes of each stream of that attempt the gateway
+    now holds."""
+    await credentials.check_kernel(node, kernel_id, body.attempt)
     try:
         chunks = [
             LogChunkIn(c.stream, c.offset, base64.b64decode(c.data, validate=True))
@@ -27,5 +50,5 @@ async def append_logs(kernel_id: str, body: LogUpload, state: State) -> LogOffse
         ]
     except binascii.Error:
         raise Invalid("chunk data is not base64", field="chunks.data") from None
-    offsets = await state.logs.append(kernel_id, body.session_id, chunks, body.attempt)
+    offsets = await logs.append(kernel_id, body.session_id, chunks, body.attempt)
     return LogOffsets(offsets=offsets)

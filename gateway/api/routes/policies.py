@@ -13,23 +13,15 @@ patch (RFC 7396): it changes only the limits given, ``null`` makes one unlimited
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, Field, field_validator
-from sqlalchemy import select
 
-from gateway.api.deps import Admin, DbSession
-from gateway.db.models import Project, ResourcePolicy, User
-from gateway.domain.errors import Invalid, NotFound
-from gateway.domain.patch import merge_patch
+from gateway.api.deps import Admin, Policies
 from gateway.domain.requests import MAX_JSON_INT, Input
-from gateway.scheduler.policy import DEFAULT_SUBJECT
+from gateway.services.policies import ResourcePolicy, Scope
 from plugins.resources import InvalidResource, ResourceSlots, slot_map_schema
 
 router = APIRouter(prefix="/v1/policies", tags=["policies"])
-
-Scope = Literal["user", "project"]
 
 
 class PolicySet(Input):
@@ -65,17 +57,6 @@ class PolicySet(Input):
         return value
 
 
-def _check_slots(value: dict[str, str | int | float]) -> None:
-    try:
-        slots = ResourceSlots.parse(value)
-    except InvalidResource as exc:
-        raise Invalid(f"{exc.slot}: {exc.message}", field=f"max_slots.{exc.slot}") from None
-    if len(slots) != len(value):
-        raise Invalid(
-            "a slot limit of 0 would block everything; use max_sessions=0", field="max_slots"
-        )
-
-
 class PolicyPatch(Input):
     """Only the fields given change; ``null`` makes a limit unlimited."""
 
@@ -106,22 +87,6 @@ class PolicyPublic(BaseModel):
     allow_commit: bool | None = None
 
 
-async def _subject_id(db: DbSession, scope: Scope, subject: str) -> str:
-    if subject == DEFAULT_SUBJECT:
-        return DEFAULT_SUBJECT
-    model = User if scope == "user" else Project
-    found = (await db.execute(select(model.id).where(model.name == subject))).scalar_one_or_none()
-    if found is None:
-        raise NotFound(f"no {scope} {subject!r}")
-    return str(found)
-
-
-async def _names(db: DbSession) -> dict[str, str]:
-    users = {uid: name for uid, name in await db.execute(select(User.id, User.name))}
-    projects = {pid: name for pid, name in await db.execute(select(Project.id, Project.name))}
-    return users | projects | {DEFAULT_SUBJECT: DEFAULT_SUBJECT}
-
-
 def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
     return PolicyPublic(
         scope="user" if row.scope == "user" else "project",
@@ -135,64 +100,27 @@ def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
 
 
 @router.get("", operation_id="policies-list", response_model=list[PolicyPublic])
-async def list_policies(_: Admin, db: DbSession) -> list[PolicyPublic]:
-    names = await _names(db)
-    rows = (await db.execute(select(ResourcePolicy).order_by(ResourcePolicy.scope))).scalars()
+async def list_policies(_: Admin, policies: Policies) -> list[PolicyPublic]:
+    rows, names = await policies.listing()
     return [_public(r, names) for r in rows]
-
-
-async def _row(db: DbSession, scope: Scope, subject_id: str) -> ResourcePolicy | None:
-    query = select(ResourcePolicy).where(
-        ResourcePolicy.scope == scope, ResourcePolicy.subject_id == subject_id
-    )
-    return (await db.execute(query.with_for_update())).scalar_one_or_none()
 
 
 @router.put("/{scope}/{subject}", operation_id="policies-set", response_model=PolicyPublic)
 async def set_policy(
-    scope: Scope, subject: str, body: PolicySet, _: Admin, db: DbSession
+    scope: Scope, subject: str, body: PolicySet, _: Admin, policies: Policies
 ) -> PolicyPublic:
     """Create or replace the policy of a user or project (``*``: the default)."""
-    async with db.begin():
-        subject_id = await _subject_id(db, scope, subject)
-        row = await _row(db, scope, subject_id)
-        if row is None:
-            row = ResourcePolicy(scope=scope, subject_id=subject_id)
-            db.add(row)
-        row.max_sessions = body.max_sessions
-        row.max_pending = body.max_pending
-        row.max_slots = ResourceSlots.parse(body.max_slots).to_json() if body.max_slots else None
-        row.max_folder_bytes = body.max_folder_bytes
-        row.allow_commit = body.allow_commit
-    return _public(row, {subject_id: subject})
+    row = await policies.set(scope, subject, body.model_dump())
+    return _public(row, {row.subject_id: subject})
 
 
 @router.patch("/{scope}/{subject}", operation_id="policies-update", response_model=PolicyPublic)
 async def update_policy(
-    scope: Scope, subject: str, body: PolicyPatch, _: Admin, db: DbSession
+    scope: Scope, subject: str, body: PolicyPatch, _: Admin, policies: Policies
 ) -> PolicyPublic:
     """Change only the limits given (creates the policy if there is none yet)."""
-    given = body.model_dump(exclude_unset=True)
-    async with db.begin():
-        subject_id = await _subject_id(db, scope, subject)
-        row = await _row(db, scope, subject_id)
-        if row is None:
-            row = ResourcePolicy(scope=scope, subject_id=subject_id)
-            db.add(row)
-        if "max_sessions" in given:
-            row.max_sessions = body.max_sessions
-        if "max_pending" in given:
-            row.max_pending = body.max_pending
-        if "max_folder_bytes" in given:
-            row.max_folder_bytes = body.max_folder_bytes
-        if "allow_commit" in given:
-            row.allow_commit = body.allow_commit
-        if "max_slots" in given:
-            slots = merge_patch(row.max_slots, body.max_slots or {}) if body.max_slots else {}
-            if slots:
-                _check_slots(slots)
-            row.max_slots = ResourceSlots.parse(slots).to_json() if slots else None
-    return _public(row, {subject_id: subject})
+    row = await policies.update(scope, subject, body.model_dump(exclude_unset=True))
+    return _public(row, {row.subject_id: subject})
 
 
 @router.delete(
@@ -201,12 +129,7 @@ async def update_policy(
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def delete_policy(scope: Scope, subject: str, _: Admin, db: DbSession) -> Response:
+async def delete_policy(scope: Scope, subject: str, _: Admin, policies: Policies) -> Response:
     """Remove a policy (its limits become unlimited). 204 with no body."""
-    async with db.begin():
-        subject_id = await _subject_id(db, scope, subject)
-        row = await _row(db, scope, subject_id)
-        if row is None:
-            raise NotFound(f"{scope} {subject!r} has no policy")
-        await db.delete(row)
+    await policies.delete(scope, subject)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from gateway.api.deps import CurrentUser, DbSession, State
+from gateway.api.deps import CurrentUser, DbSession, IdempotencyKey, Images, Sessions, State
 from gateway.api.render import created, render, render_many
 from gateway.api.routes.images import ImagePublic, image_view
+from gateway.api.rules import CURSOR_PATTERN, ID_PREFIX_PATTERN
 from gateway.api.schemas import SessionCreate, SessionList, SessionPublic
 from gateway.apps import last_activity
-from gateway.db.models import User
 from gateway.domain.idle import idle_deadline, idle_timeout
-from gateway.domain.requests import SessionType
+from gateway.domain.requests import ListedType
 from gateway.domain.status import SessionStatus
-from gateway.images import IMAGE_NAME, request_commit
+from gateway.images import IMAGE_NAME
 from gateway.services.views import get_owned, list_page
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -33,7 +33,8 @@ async def create_session(
     body: SessionCreate,
     principal: CurrentUser,
     state: State,
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    sessions: Sessions,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Queue a session. A repeated ``Idempotency-Key`` returns the first session (200).
 
@@ -41,7 +42,7 @@ async def create_session(
     whose ``session`` is the live session that has it. With ``count`` it queues an array
     of that many sessions, all or none, and answers with its first (index 0); the others
     are listed with ``?array=`` its ``array_id`` (docs/arrays.md)."""
-    return await created(state, await state.sessions.create(principal, body, idempotency_key))
+    return await created(state, await sessions.create(principal, body, idempotency_key))
 
 
 @router.get("", operation_id="sessions-list", response_model=SessionList)
@@ -50,8 +51,8 @@ async def list_sessions(
     state: State,
     db: DbSession,
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
-    type_: Annotated[list[SessionType] | None, Query(alias="type")] = None,
-    id_prefix: Annotated[str | None, Query(max_length=36, pattern=r"^[0-9a-fA-F-]+$")] = None,
+    type_: Annotated[list[ListedType] | None, Query(alias="type")] = None,
+    id_prefix: Annotated[str | None, Query(max_length=36, pattern=ID_PREFIX_PATTERN)] = None,
     name: Annotated[
         str | None,
         Query(
@@ -64,13 +65,13 @@ async def list_sessions(
         str | None,
         Query(
             max_length=36,
-            pattern=r"^[0-9a-fA-F-]+$",
+            pattern=ID_PREFIX_PATTERN,
             description="the sessions of this array (its id: the array_id of its sessions)",
         ),
     ] = None,
     all_users: Annotated[bool, Query(alias="all", description="admins: every user's")] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=512, pattern=r"^[A-Za-z0-9_-]+$")] = None,
+    cursor: Annotated[str | None, Query(max_length=512, pattern=CURSOR_PATTERN)] = None,
 ) -> SessionList:
     """Newest first; follow ``next_cursor`` for the next page."""
     rows, next_cursor = await list_page(
@@ -119,18 +120,14 @@ class SessionCommit(BaseModel):
     response_model=ImagePublic,
 )
 async def commit_session(
-    session_id: str, body: SessionCommit, principal: CurrentUser, state: State, db: DbSession
+    session_id: str, body: SessionCommit, principal: CurrentUser, images: Images
 ) -> ImagePublic:
     """Commit a running session's main container to a private image of its owner.
 
     The folder mounts and /home/work are not part of it. 202: the image is
     ``committing``; it is ``ready`` once pushed to the cluster registry (poll
     ``GET /v1/images``). Admins; owners where their user policy has ``allow_commit``."""
-    row = await request_commit(
-        db, state.pool, state.settings.image_registry, principal, session_id, body.image
-    )
-    owner = await db.get(User, row.owner_id) if row.owner_id else None
-    return image_view(row, owner.name if owner else None)
+    return image_view(*await images.commit(principal, session_id, body.image))
 
 
 @router.delete(
@@ -142,10 +139,10 @@ async def commit_session(
 async def terminate_session(
     session_id: str,
     principal: CurrentUser,
-    state: State,
+    sessions: Sessions,
     db: DbSession,
     force: Annotated[bool, Query(description="kill at once, no grace period")] = False,
 ) -> SessionPublic:
     """Cancel a pending session, or stop a running one (SIGTERM, grace, SIGKILL)."""
-    session = await state.sessions.terminate(principal, session_id, force=force)
+    session = await sessions.terminate(principal, session_id, force=force)
     return await render(db, session)

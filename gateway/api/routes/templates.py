@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Response, status
+from fastapi import APIRouter, Response, status
 from pydantic import BaseModel
 
-from gateway.api.deps import CurrentUser, State
+from gateway.api.deps import CurrentUser, IdempotencyKey, State, Templates
 from gateway.api.render import created
 from gateway.api.schemas import SessionPublic
-from gateway.db.models import JobTemplate
 from gateway.domain.templates import TemplateCreate, TemplateParam, TemplateRun
+from gateway.services.templates import JobTemplate
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 
@@ -44,20 +44,20 @@ def _view(t: JobTemplate) -> TemplatePublic:
     response_model=TemplatePublic,
 )
 async def create_template(
-    body: TemplateCreate, principal: CurrentUser, state: State
+    body: TemplateCreate, principal: CurrentUser, templates: Templates
 ) -> TemplatePublic:
     """A session request with parameters; each run gives them as ``JOBGATE_PARAM_<NAME>``."""
-    return _view(await state.templates.create(principal, body))
+    return _view(await templates.create(principal, body))
 
 
 @router.get("", operation_id="templates-list", response_model=list[TemplatePublic])
-async def list_templates(principal: CurrentUser, state: State) -> list[TemplatePublic]:
-    return [_view(t) for t in await state.templates.mine(principal)]
+async def list_templates(principal: CurrentUser, templates: Templates) -> list[TemplatePublic]:
+    return [_view(t) for t in await templates.mine(principal)]
 
 
 @router.get("/{name}", operation_id="templates-get", response_model=TemplatePublic)
-async def get_template(name: str, principal: CurrentUser, state: State) -> TemplatePublic:
-    return _view(await state.templates.get(principal, name))
+async def get_template(name: str, principal: CurrentUser, templates: Templates) -> TemplatePublic:
+    return _view(await templates.get(principal, name))
 
 
 @router.delete(
@@ -66,9 +66,9 @@ async def get_template(name: str, principal: CurrentUser, state: State) -> Templ
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def delete_template(name: str, principal: CurrentUser, state: State) -> Response:
+async def delete_template(name: str, principal: CurrentUser, templates: Templates) -> Response:
     """The template and its triggers; sessions it started stay."""
-    await state.templates.delete(principal, name)
+    await templates.delete(principal, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -84,11 +84,10 @@ async def run_template(
     body: TemplateRun,
     principal: CurrentUser,
     state: State,
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    templates: Templates,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     """Submit the template's session with these parameters (``JOBGATE_PARAM_<NAME>``
     in its environment); unknown or missing parameters are a 422 naming them."""
-    template = await state.templates.get(principal, name)
-    return await created(
-        state, await state.templates.run(principal, template, body, idempotency_key)
-    )
+    template = await templates.get(principal, name)
+    return await created(state, await templates.run(principal, template, body, idempotency_key))

@@ -8,11 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 from pydantic import BaseModel, Field
 
-from gateway.api.deps import CurrentUser, State
-from gateway.db.models import Webhook
+from gateway.api.deps import CurrentUser, Webhooks
 from gateway.domain.requests import NAME_PATTERN, Input
 from gateway.domain.webhooks import EVENT_TYPES, URL_PATTERN
-from gateway.services.webhooks import DeliveryView
+from gateway.services.webhooks import DeliveryView, Webhook
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 
@@ -92,24 +91,24 @@ def _delivery(v: DeliveryView) -> DeliveryPublic:
     response_model=WebhookPublic,
 )
 async def create_webhook(
-    body: WebhookCreate, principal: CurrentUser, state: State
+    body: WebhookCreate, principal: CurrentUser, webhooks: Webhooks
 ) -> WebhookPublic:
     """Events of your sessions (or of a project's) POSTed to the URL, signed per
     Standard Webhooks v1 with the secret in this answer."""
-    hook, project = await state.webhooks.create(principal, body.url, body.events, body.project)
+    hook, project = await webhooks.create(principal, body.url, body.events, body.project)
     view = _view(hook, project)
     view.secret = hook.secret
     return view
 
 
 @router.get("", operation_id="webhooks-list", response_model=list[WebhookPublic])
-async def list_webhooks(principal: CurrentUser, state: State) -> list[WebhookPublic]:
-    return [_view(w, p) for w, p in await state.webhooks.mine(principal)]
+async def list_webhooks(principal: CurrentUser, webhooks: Webhooks) -> list[WebhookPublic]:
+    return [_view(w, p) for w, p in await webhooks.mine(principal)]
 
 
 @router.get("/{webhook_id}", operation_id="webhooks-get", response_model=WebhookPublic)
-async def get_webhook(webhook_id: str, principal: CurrentUser, state: State) -> WebhookPublic:
-    return _view(*await state.webhooks.get(principal, webhook_id))
+async def get_webhook(webhook_id: str, principal: CurrentUser, webhooks: Webhooks) -> WebhookPublic:
+    return _view(*await webhooks.get(principal, webhook_id))
 
 
 @router.delete(
@@ -118,16 +117,18 @@ async def get_webhook(webhook_id: str, principal: CurrentUser, state: State) -> 
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
 )
-async def delete_webhook(webhook_id: str, principal: CurrentUser, state: State) -> Response:
-    await state.webhooks.delete(principal, webhook_id)
+async def delete_webhook(webhook_id: str, principal: CurrentUser, webhooks: Webhooks) -> Response:
+    await webhooks.delete(principal, webhook_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post("/{webhook_id}/rotate", operation_id="webhooks-rotate", response_model=WebhookPublic)
-async def rotate_secret(webhook_id: str, principal: CurrentUser, state: State) -> WebhookPublic:
+async def rotate_secret(
+    webhook_id: str, principal: CurrentUser, webhooks: Webhooks
+) -> WebhookPublic:
     """A new secret (in this answer); deliveries carry both signatures for a day."""
-    hook = await state.webhooks.rotate(principal, webhook_id)
-    _, project = await state.webhooks.get(principal, webhook_id)
+    hook = await webhooks.rotate(principal, webhook_id)
+    _, project = await webhooks.get(principal, webhook_id)
     view = _view(hook, project)
     view.secret = hook.secret
     return view
@@ -141,11 +142,11 @@ async def rotate_secret(webhook_id: str, principal: CurrentUser, state: State) -
 async def list_deliveries(
     webhook_id: str,
     principal: CurrentUser,
-    state: State,
+    webhooks: Webhooks,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[DeliveryPublic]:
     """Newest first, each with its attempts' status codes."""
-    return [_delivery(v) for v in await state.webhooks.deliveries(principal, webhook_id, limit)]
+    return [_delivery(v) for v in await webhooks.deliveries(principal, webhook_id, limit)]
 
 
 @router.post(
@@ -153,6 +154,6 @@ async def list_deliveries(
     operation_id="webhooks-redeliver",
     response_model=DeliveryPublic,
 )
-async def redeliver(delivery_id: str, principal: CurrentUser, state: State) -> DeliveryPublic:
+async def redeliver(delivery_id: str, principal: CurrentUser, webhooks: Webhooks) -> DeliveryPublic:
     """Send it again now (same webhook-id, a fresh retry schedule)."""
-    return _delivery(await state.webhooks.redeliver(principal, delivery_id))
+    return _delivery(await webhooks.redeliver(principal, delivery_id))

@@ -133,6 +133,11 @@ function words(text) {
   return out;
 }
 
+// words back to one line a shell would split the same way
+function shellJoin(argv) {
+  return (argv || []).map((w) => (/[\s"'$;]/.test(w) ? `'${w.replaceAll("'", "'\\''")}'` : w)).join(" ");
+}
+
 // ---- sessions list ------------------------------------------------------------------
 function sessionsPage() {
   const tbody = document.querySelector("#sessions tbody");
@@ -228,6 +233,7 @@ function launchDialog(onLaunched) {
   const image = form.elements.image; const version = form.elements.version;
   const slot = form.elements.accel_slot; const amount = form.elements.accel;
   const fit = document.getElementById("accel-fit");
+  const folderBox = document.getElementById("l-folders");
   let images = {}; let nodes = [];
 
   function groupImages(list) {
@@ -270,10 +276,33 @@ function launchDialog(onLaunched) {
     fit.textContent = `Fits now: up to ${+largest.toFixed(3)} on one device; ${+total.toFixed(3)} free in this group.`;
   }
 
+  // data folders by name: a box each (and read-only); dot-folders mount by themselves
+  function fillFolders(list) {
+    const picked = new Map([...folderBox.querySelectorAll("[data-folder]")].map((d) =>
+      [d.dataset.ref, [d.querySelector("[name=folder]").checked, d.querySelector("[name=folder_ro]").checked]]));
+    const usable = list.filter((f) => !f.automount && !f.trashed_at);
+    if (!usable.length) return;
+    const named = {};
+    for (const f of usable) named[f.name] = (named[f.name] || 0) + 1;
+    folderBox.replaceChildren(...usable.map((f) => {
+      // by name; by id only when two listed folders share it (an admin sees everyone's)
+      const ref = named[f.name] > 1 ? f.id : f.name;
+      const [on, ro] = picked.get(ref) || [false, false];
+      const readOnly = f.permission === "ro";
+      return el("div", { class: "folder-pick", "data-folder": f.name, "data-ref": ref },
+        el("label", {}, el("input", { type: "checkbox", name: "folder", value: f.name, checked: on }), ` ${f.name}`),
+        el("small", {}, `${f.usage}${f.owner !== `user ${USER}` ? ", " + f.owner : ""}`),
+        el("label", {}, el("input", { type: "checkbox", name: "folder_ro", checked: ro || readOnly, disabled: readOnly,
+          "aria-label": `${f.name} read-only` }), " read-only"));
+    }));
+  }
+
   async function load() {
-    const [imageList, nodeList, groups] = await Promise.all([
+    const [imageList, nodeList, groups, folders] = await Promise.all([
       api("GET", "/v1/images"), api("GET", "/v1/nodes"), api("GET", "/v1/resource-groups").catch(() => []),
+      api("GET", "/v1/folders").catch(() => ({ items: [] })),
     ]);
+    fillFolders(folders.items);
     images = groupImages(imageList);
     image.replaceChildren(el("option", { value: "" }, "runtime default"),
       ...Object.keys(images).sort().map((n) => el("option", { value: n }, n)));
@@ -336,13 +365,10 @@ function launchDialog(onLaunched) {
     body.resource_group = v.resource_group.value || "default";
     body.cluster_size = Number(v.cluster_size.value || 1);
     if (body.cluster_size > 1) body.cluster_mode = v.cluster_mode.value || "single-node";
-    const mounts = [];
-    for (const line of v.mounts.value.split("\n").map((l) => l.trim()).filter(Boolean)) {
-      const [source, target, mode] = line.split(":");
-      if (!source || !target) throw { field: "mounts", message: `not /host/path:/in/session: ${line}` };
-      mounts.push({ source, target, read_only: mode === "ro" });
-    }
-    if (mounts.length) body.mounts = mounts;
+    const folders = [...folderBox.querySelectorAll("[data-folder]")]
+      .filter((d) => d.querySelector("[name=folder]").checked)
+      .map((d) => ({ name: d.dataset.ref, read_only: d.querySelector("[name=folder_ro]").checked }));
+    if (folders.length) body.folders = folders;
     body.priority = Number(v.priority.value || 50);
     if (v.starts_at.value.trim()) body.starts_at = v.starts_at.value.trim();
     const count = Number(v.count.value || 1);
@@ -397,7 +423,7 @@ function sessionPage() {
   function facts(s) {
     const rows = [
       ["Type", s.type], ["Owner", s.owner], ["Project", s.project || "—"], ["Image", s.image || "runtime default"],
-      ["Command", s.command.map((w) => (/[\s"'$;]/.test(w) ? `'${w.replaceAll("'", "'\\''")}'` : w)).join(" ") || "—"], ["Resources", allocations(s).join(", ") || "—"],
+      ["Command", shellJoin(s.command) || "—"], ["Resources", allocations(s).join(", ") || "—"],
       ["Resource group", s.resource_group], ["Priority", s.priority], ["Cluster", clusterText(s)],
       ...(s.cluster_size > 1 ? [["Containers", s.kernels.map((k) => `${k.hostname}: ${k.status} on ${k.node || "—"}`).join(", ")]] : []),
       ["Node", s.node || "—"], ["Created", new Date(s.created_at).toLocaleString()],
@@ -556,10 +582,13 @@ function table(id, rows) {
 
 function adminPage() {
   async function refresh() {
-    const [users, projects, policies, groups] = await Promise.all(
-      ["/v1/users", "/v1/projects", "/v1/policies", "/v1/resource-groups"].map((p) =>
+    const [users, projects, policies, groups, audit] = await Promise.all(
+      ["/v1/users", "/v1/projects", "/v1/policies", "/v1/resource-groups", "/v1/audit?limit=50"].map((p) =>
         api("GET", p).catch((e) => [{ error: `could not load ${p}: ${e.message}` }])));
     table("a-users", users); table("a-projects", projects); table("a-policies", policies); table("a-groups", groups);
+    table("a-audit", Array.isArray(audit) ? audit : audit.items.map((r) => ({
+      time: when(r.at), user: r.user, credential: r.credential, action: r.action, target: r.target,
+      status: r.status, client: r.client })));
   }
   const form = document.getElementById("user-form");
   form.addEventListener("submit", async (event) => {
@@ -577,4 +606,242 @@ function adminPage() {
   refresh();
 }
 
-({ sessions: sessionsPage, session: sessionPage, nodes: nodesPage, admin: adminPage })[PAGE]?.();
+// ---- endpoints ---------------------------------------------------------------------------
+function when(iso) { return iso ? new Date(iso).toLocaleString() : "—"; }
+
+function endpointsPage() {
+  const tbody = document.querySelector("#endpoints tbody");
+  const note = document.getElementById("list-status");
+  async function refresh() {
+    try {
+      const list = await api("GET", "/v1/endpoints");
+      keepFocus(tbody, () => tbody.replaceChildren(...list.map((e) => el("tr", { "data-name": e.name, "data-key": e.name },
+        el("td", {}, el("a", { href: `/endpoints/${encodeURIComponent(e.name)}` }, e.name)),
+        el("td", {}, statusBadge(e.status), e.status_reason ? el("div", { class: "reason" }, e.status_reason) : null),
+        el("td", { class: "replicas" }, `${e.ready_replicas} / ${e.desired_replicas}`),
+        el("td", {}, el("a", { href: e.url, class: "url" }, e.url)),
+        el("td", {}, e.revision), el("td", {}, age(e.created_at))))));
+      if (!list.length) tbody.append(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No endpoints.")));
+      note.textContent = "";
+    } catch (e) { if (e.status !== 401) note.textContent = `Could not refresh: ${e.message}`; }
+    setTimeout(refresh, 2000);
+  }
+  refresh();
+}
+
+function endpointPage() {
+  const name = document.getElementById("endpoint").dataset.name;
+  const base = `/v1/endpoints/${encodeURIComponent(name)}`;
+
+  async function refresh() {
+    let e;
+    try { e = await api("GET", base); } catch (err) { document.getElementById("e-reason").textContent = err.message; return; }
+    document.getElementById("e-status").replaceChildren(statusBadge(e.status));
+    document.getElementById("e-reason").textContent = e.status_reason;
+    const a = e.autoscale; const r = e.current;
+    const rows = [
+      ["URL", el("a", { href: e.url, id: "e-url" }, e.url)], ["Replicas ready / desired", `${e.ready_replicas} / ${e.desired_replicas}`],
+      ["Autoscale", a.min_replicas === a.max_replicas ? `fixed at ${a.max_replicas}` : `${a.min_replicas}–${a.max_replicas}`],
+      ["Revision", `${e.revision}${e.stable_revision ? ` (last ready: ${e.stable_revision})` : ""}`],
+      ["Image", r.image || "runtime default"], ["Command", shellJoin(r.command) || "—"], ["Port", r.port],
+      ["Health check", r.probe.path || "—"], ["Public", e.public ? "yes (no token needed)" : "no (a token is needed)"],
+      ["Load", `${e.in_flight} in flight, ${e.queued} queued, ${e.rps} req/s`], ["Owner", e.owner], ["Created", when(e.created_at)],
+    ];
+    document.getElementById("e-facts").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+    const replicas = document.querySelector("#e-replicas-table tbody");
+    keepFocus(replicas, () => replicas.replaceChildren(...e.replicas.map((x) => el("tr", { "data-index": x.index, "data-key": x.session_id },
+      el("td", {}, x.index), el("td", {}, x.state),
+      el("td", {}, el("a", { href: `/sessions/${x.session_id}` }, x.session_id.slice(0, 8)), " ", statusBadge(x.session_status)),
+      el("td", {}, x.node || "—"), el("td", { class: "ready" }, x.ready ? "ready" : (x.health || x.reason || "not yet")),
+      el("td", {}, x.revision), el("td", {}, x.in_flight), el("td", {}, x.rps)))));
+    document.getElementById("e-events").replaceChildren(...e.events.slice(0, 10).map((v) =>
+      el("li", {}, el("time", {}, new Date(v.at).toLocaleTimeString()), ` ${v.kind}: ${v.message}`)));
+  }
+
+  const tokens = document.querySelector("#e-tokens tbody");
+  async function loadTokens() {
+    const list = await api("GET", `${base}/tokens`);
+    tokens.replaceChildren(...list.map((t) => el("tr", { "data-token": t.id, "data-key": t.id },
+      el("td", {}, t.name || "—"), el("td", {}, el("code", {}, `${t.prefix}…`)), el("td", {}, when(t.created_at)),
+      el("td", {}, t.expires_at ? when(t.expires_at) : "never"), el("td", {}, t.revoked_at ? when(t.revoked_at) : "—"),
+      el("td", {}, t.revoked_at ? null : el("button", { type: "button", class: "danger", "aria-label": `Revoke ${t.name || t.prefix}`,
+        onclick: async () => {
+          if (!window.confirm(`Revoke token ${t.name || t.prefix}? Callers using it are refused from now on.`)) return;
+          try { await api("DELETE", `${base}/tokens/${encodeURIComponent(t.id)}`); } catch (e) { document.getElementById("err-token").textContent = e.message; }
+          const note = document.getElementById("new-token");
+          if (note.dataset.token === t.id) { note.hidden = true; note.replaceChildren(); } // no use showing a dead token
+          loadTokens();
+        } }, "Revoke")))));
+    if (!list.length) tokens.append(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No tokens.")));
+  }
+
+  const tokenForm = document.getElementById("token-form");
+  tokenForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const err = document.getElementById("err-token"); err.textContent = "";
+    const body = { name: tokenForm.elements.name.value.trim() };
+    if (tokenForm.elements.expires.value.trim()) body.expires = tokenForm.elements.expires.value.trim();
+    try {
+      const made = await api("POST", `${base}/tokens`, body);
+      const note = document.getElementById("new-token");
+      note.hidden = false; note.dataset.token = made.id;
+      note.replaceChildren(`Token ${made.name || made.prefix} (shown once, store it now): `, el("code", { id: "token-value" }, made.token));
+      tokenForm.reset(); loadTokens();
+    } catch (e) { err.textContent = e.message; }
+  });
+
+  const scaleForm = document.getElementById("scale-form");
+  scaleForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const err = document.getElementById("err-scale"); err.textContent = "";
+    const body = {};
+    for (const k of ["replicas", "min_replicas", "max_replicas"]) if (scaleForm.elements[k].value) body[k] = Number(scaleForm.elements[k].value);
+    if (!Object.keys(body).length) { err.textContent = "Give a number of replicas, or a range."; return; }
+    try { await api("POST", `${base}/scale`, body); scaleForm.reset(); refresh(); } catch (e) { err.textContent = e.message; }
+  });
+
+  refresh(); loadTokens().catch((e) => { document.getElementById("err-token").textContent = e.message; });
+  setInterval(refresh, 2000);
+}
+
+// ---- data folders ------------------------------------------------------------------------
+function size(bytes) { return bytes === null || bytes === undefined ? "—" : amount("mem", String(bytes)); }
+
+function foldersPage() {
+  const tbody = document.querySelector("#folders tbody");
+  async function refresh() {
+    const list = (await api("GET", "/v1/folders")).items;
+    tbody.replaceChildren(...list.map((f) => el("tr", { "data-name": f.name },
+      el("td", {}, el("a", { href: `/folders/${encodeURIComponent(f.id)}` }, f.name), f.automount ? el("small", {}, " (automount)") : null),
+      el("td", {}, f.owner), el("td", {}, f.usage), el("td", {}, f.permission), el("td", {}, when(f.created_at)),
+      el("td", {}, (f.sessions || []).map((id) => el("a", { href: `/sessions/${id}` }, `${id.slice(0, 8)} `))))));
+    if (!list.length) tbody.append(el("tr", {}, el("td", { colspan: "6", class: "empty" }, "No data folders. Create one.")));
+  }
+  const form = document.getElementById("folder-form");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const err = document.getElementById("err-folder"); err.textContent = "";
+    try {
+      await api("POST", "/v1/folders", { name: form.elements.name.value.trim(), usage: form.elements.usage.value });
+      form.reset(); refresh();
+    } catch (e) { err.textContent = e.message; }
+  });
+  refresh();
+}
+
+// tus 1.0 core, in one PATCH: announce the length and path, then send the bytes
+async function upload(folder, path, file) {
+  const utf8 = new TextEncoder().encode(path);
+  const headers = { "Tus-Resumable": "1.0.0", "Upload-Length": String(file.size), "Upload-Metadata": `path ${btoa(String.fromCharCode(...utf8))}` };
+  const made = await fetch(`/v1/folders/${encodeURIComponent(folder)}/uploads`, { method: "POST", headers: { ...headers, "X-CSRF-Token": CSRF }, credentials: "same-origin" });
+  if (!made.ok) throw new Problem(made.status, await made.json().catch(() => ({})));
+  if (file.size === 0) return;
+  const sent = await fetch(made.headers.get("Location"), {
+    method: "PATCH", body: file, credentials: "same-origin",
+    headers: { "Tus-Resumable": "1.0.0", "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream", "X-CSRF-Token": CSRF },
+  });
+  if (!sent.ok) throw new Problem(sent.status, await sent.json().catch(() => ({})));
+}
+
+function folderPage() {
+  const holder = document.getElementById("folder");
+  const folder = holder.dataset.name; const label = holder.dataset.label;
+  const here = new URLSearchParams(window.location.search).get("path") || "";
+  const tbody = document.querySelector("#files tbody");
+  const link = (path) => `/folders/${encodeURIComponent(folder)}${path ? `?path=${encodeURIComponent(path)}` : ""}`;
+  const parts = here ? here.split("/") : [];
+  document.getElementById("crumbs").replaceChildren(el("a", { href: link("") }, label),
+    ...parts.flatMap((p, i) => [" / ", i === parts.length - 1 ? el("span", { "aria-current": "page" }, p) : el("a", { href: link(parts.slice(0, i + 1).join("/")) }, p)]));
+
+  async function refresh() {
+    const q = here ? `?path=${encodeURIComponent(here)}` : "";
+    const entries = (await api("GET", `/v1/folders/${encodeURIComponent(folder)}/files${q}`)).items;
+    entries.sort((a, b) => (a.type === "dir") === (b.type === "dir") ? a.path.localeCompare(b.path) : (a.type === "dir" ? -1 : 1));
+    tbody.replaceChildren(...entries.map((e) => {
+      const base = e.path.slice(e.path.lastIndexOf("/") + 1);
+      const href = `/v1/folders/${encodeURIComponent(folder)}/files/${e.path.split("/").map(encodeURIComponent).join("/")}`;
+      const name = e.type === "dir" ? el("a", { href: link(e.path) }, `${base}/`)
+        : e.type === "file" ? el("a", { href, download: base, "aria-label": `Download ${base}` }, base) : base;
+      return el("tr", { "data-path": e.path }, el("td", {}, name), el("td", {}, e.type),
+        el("td", {}, e.type === "file" ? size(e.size) : "—"), el("td", {}, new Date(e.mtime * 1000).toLocaleString()));
+    }));
+    if (!entries.length) tbody.append(el("tr", {}, el("td", { colspan: "4", class: "empty" }, "Empty. Upload a file.")));
+  }
+
+  const form = document.getElementById("upload-form");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const err = document.getElementById("err-upload"); const progress = document.getElementById("up-progress");
+    err.textContent = "";
+    const files = [...form.elements.file.files];
+    let done = 0;
+    for (const file of files) {
+      progress.textContent = `Uploading ${file.name} (${done + 1} of ${files.length})…`;
+      try { await upload(folder, here ? `${here}/${file.name}` : file.name, file); done++; } catch (e) { err.textContent = `${file.name}: ${e.message}`; break; }
+    }
+    progress.textContent = done ? `Uploaded ${done} file(s).` : "";
+    form.reset(); refresh();
+  });
+  refresh().catch((e) => { document.getElementById("err-upload").textContent = e.message; });
+}
+
+// ---- templates -------------------------------------------------------------------------
+function templatesPage() {
+  const tbody = document.querySelector("#templates tbody");
+  api("GET", "/v1/templates").then((list) => {
+    tbody.replaceChildren(...list.map((t) => el("tr", { "data-name": t.name },
+      el("td", {}, el("a", { href: `/templates/${encodeURIComponent(t.name)}` }, t.name)), el("td", {}, t.description || "—"),
+      el("td", {}, t.params.map((p) => (p.default === null ? p.name : `${p.name}=${p.default}`)).join(", ") || "none"),
+      el("td", {}, el("a", { href: `/templates/${encodeURIComponent(t.name)}`, "aria-label": `Run ${t.name}` }, "Run…")))));
+    if (!list.length) tbody.append(el("tr", {}, el("td", { colspan: "4", class: "empty" }, "No templates.")));
+  });
+}
+
+function templatePage() {
+  const name = document.getElementById("template").dataset.name;
+  const form = document.getElementById("run-form");
+  const err = (field) => document.getElementById(`err-${field}`);
+  api("GET", `/v1/templates/${encodeURIComponent(name)}`).then((t) => {
+    document.getElementById("tp-description").textContent = t.description;
+    const s = t.session;
+    const rows = [["Image", s.image || "runtime default"], ["Command", shellJoin(s.command) || "—"],
+      ["Resources", Object.entries(s.resources || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "default"]];
+    document.getElementById("tp-facts").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+    document.getElementById("tp-params").replaceChildren(...t.params.map((p) => el("div", { class: "field", "data-field": `params.${p.name}` },
+      el("label", { for: `p-${p.name}` }, p.name, el("small", {}, p.default === null ? " (required)" : ` (default: ${p.default || "empty"})`),
+        el("small", {}, ` — JOBGATE_PARAM_${p.name.toUpperCase()}`)),
+      el("input", { id: `p-${p.name}`, name: `param:${p.name}`, "data-param": p.name, value: p.default ?? "", required: p.default === null, "aria-describedby": `err-params.${p.name}` }),
+      el("p", { class: "error", id: `err-params.${p.name}` }))));
+    if (!t.params.length) document.getElementById("tp-params").append(el("p", { class: "hint" }, "This template takes no parameters."));
+  }).catch((e) => { err("form").textContent = e.message; });
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    for (const p of form.querySelectorAll(".error")) p.textContent = "";
+    for (const i of form.querySelectorAll("[aria-invalid]")) i.removeAttribute("aria-invalid");
+    const params = {};
+    for (const input of form.querySelectorAll("[data-param]")) {
+      if (input.required && !input.value) { input.setAttribute("aria-invalid", "true"); err(`params.${input.dataset.param}`).textContent = "required"; input.focus(); return; }
+      params[input.dataset.param] = input.value;
+    }
+    const body = { params };
+    if (form.elements.name.value.trim()) body.name = form.elements.name.value.trim();
+    const submit = document.getElementById("run-submit"); submit.disabled = true;
+    try {
+      const key = `console-run-${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+      const session = await api("POST", `/v1/templates/${encodeURIComponent(name)}/run`, body, { "Idempotency-Key": key });
+      window.location.assign(`/sessions/${session.id}`);
+    } catch (e) {
+      const field = e.body?.errors?.[0]?.field || e.body?.field || "form";
+      const box = form.querySelector(`[data-field="${CSS.escape(field)}"]`);
+      (box ? box.querySelector(".error") : err("form")).textContent = e.message;
+      box?.querySelector("input")?.setAttribute("aria-invalid", "true");
+    } finally { submit.disabled = false; }
+  });
+}
+
+({
+  sessions: sessionsPage, session: sessionPage, nodes: nodesPage, admin: adminPage,
+  endpoints: endpointsPage, endpoint: endpointPage, folders: foldersPage, folder: folderPage,
+  templates: templatesPage, template: templatePage,
+})[PAGE]?.();

@@ -52,7 +52,7 @@ from .cgroups import (
     oom_kill_file,
     oom_kills,
 )
-from .exits import SIGKILL_EXIT, exit_status
+from .exits import exit_status, finished_at, out_of_memory
 from .handles import NEVER_STARTED, RUNNING, handle_from_inspect, handle_from_row
 from .settings import PodmanSettings
 from .spec import container_name, create_body
@@ -112,8 +112,9 @@ class PodmanRuntime:
         self._support: CgroupSupport | None = None
         self._stop_requested: set[str] = set()  # container ids
         self._exits: dict[str, asyncio.Task[tuple[int, bool]]] = {}
-        #: container id -> where its memory cgroup counts OOM kills (v1: noted at start)
-        self._oom_counters: dict[str, Path] = {}
+        #: container id -> where its memory cgroup counts OOM kills and the count then
+        #: (v1: noted at start, when the worker writes the limits)
+        self._oom_counters: dict[str, tuple[Path, int | None]] = {}
         self._closed = False
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -291,7 +292,7 @@ class PodmanRuntime:
             apply_v1(self.settings.cgroup_root, text, self.settings.cgroup_parent, limits)
             counter = oom_kill_file(self.settings.cgroup_root, text)
             if counter is not None:
-                self._oom_counters[ref] = counter
+                self._oom_counters[ref] = (counter, oom_kills(counter))
 
         try:
             await self._run(write)
@@ -365,10 +366,11 @@ class PodmanRuntime:
         inspects see Podman record the exit (~10-30 ms). Where no pidfd can be had (a
         remote socket, another pid namespace) the long-poll is the fallback.
 
-        Out of memory: Podman's ``OOMKilled``, or a SIGKILL exit while the container's
-        memory cgroup counted an OOM kill (read as soon as the process ended, before
-        Podman's clean-up removes the cgroup; rootless Podman on cgroup v1 never sets
-        ``OOMKilled``).
+        Out of memory (``exits.out_of_memory``): the container's memory cgroup counted
+        an OOM kill between the reading when this watch began (at start, where the worker
+        writes the limits) and the one as soon as the process ended, before Podman's
+        clean-up removes the cgroup; Podman's ``OOMKilled`` only where the count could
+        not be read (rootless Podman on cgroup v1 never sets it).
         """
         data = await self._inspect_now(ref)
         counter = self._oom_counters.pop(ref, None)
@@ -377,7 +379,7 @@ class PodmanRuntime:
             counter = counter or await self._run(self._oom_counter, data)
             watched = await _process_exit(data)
         # at once: Podman's clean-up removes the cgroup soon after the process ended
-        killed_by_oom = counter is not None and bool(await self._run(oom_kills, counter))
+        kills_after = None if counter is None else await self._run(oom_kills, counter[0])
         if _running(data):
             for _ in range(_SETTLE_POLLS if watched else 0):
                 data = await self._inspect_now(ref)
@@ -390,10 +392,17 @@ class PodmanRuntime:
                 data = await self._inspect_now(ref)
         state = data.get("State") or {}
         code = int(state.get("ExitCode") or 0)
-        return code, bool(state.get("OOMKilled")) or (killed_by_oom and code == SIGKILL_EXIT)
+        oom = out_of_memory(
+            code,
+            podman_flag=bool(state.get("OOMKilled")),
+            kills_before=None if counter is None else counter[1],
+            kills_after=kills_after,
+        )
+        return code, oom
 
-    def _oom_counter(self, data: dict[str, Any]) -> Path | None:
-        """Where the running container's memory cgroup counts its OOM kills, if readable."""
+    def _oom_counter(self, data: dict[str, Any]) -> tuple[Path, int | None] | None:
+        """Where the running container's memory cgroup counts its OOM kills, if readable,
+        and the count now."""
         pid = int((data.get("State") or {}).get("Pid") or 0)
         if pid <= 0:
             return None
@@ -401,7 +410,8 @@ class PodmanRuntime:
             text = Path(f"/proc/{pid}/cgroup").read_text()
         except OSError:
             return None
-        return oom_kill_file(self.settings.cgroup_root, text)
+        counter = oom_kill_file(self.settings.cgroup_root, text)
+        return None if counter is None else (counter, oom_kills(counter))
 
     async def _inspect_now(self, ref: str) -> dict[str, Any]:
         """Inspect, retrying the errors Podman gives while a process is ending.
@@ -421,12 +431,17 @@ class PodmanRuntime:
         if handle.extra.get("state") in NEVER_STARTED:
             raise RuntimeFailure("the container was created but never started")
         code, oom = await asyncio.shield(self._exit(handle.ref))
-        return exit_status(
+        status = exit_status(
             code,
             stop_requested=handle.ref in self._stop_requested,
             mem_limit=handle.extra.get("mem_limit"),
             oom_flag=oom,
         )
+        if handle.exited:  # it ended while no worker watched: when, as Podman recorded it
+            with contextlib.suppress(RuntimeFailure):
+                state = (await self._inspect_now(handle.ref)).get("State") or {}
+                status = replace(status, ended_at=finished_at(state.get("FinishedAt")))
+        return status
 
     async def logs(self, handle: KernelHandle, offsets: dict[str, int]) -> AsyncIterator[LogChunk]:
         """stdout and stderr with per-stream byte offsets, live, ending after the exit."""

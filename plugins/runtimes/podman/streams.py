@@ -20,7 +20,7 @@ import aiohttp
 
 from plugins.runtimes.base import ImageNotFound, LogChunk, ProgressCallback, RuntimeFailure
 
-from .wire import FrameDecoder, LogCursor, PullProgress, coalesce
+from .wire import FrameDecoder, LogCursor, PullProgress, coalesce, pull_failure
 
 __all__ = ["KernelGone", "StreamClient", "until_done"]
 
@@ -184,15 +184,16 @@ class StreamClient:
     async def pull(self, image: str, progress: ProgressCallback) -> None:
         """Pull through the Docker-compatible endpoint, which reports per-layer events.
 
-        Any failure is final (ImageNotFound): a wrong name, a registry that refuses or
-        cannot be reached, or no news for ``stall_timeout`` seconds.
+        Any failure is final (ImageNotFound): a wrong name, a registry that refuses,
+        one that cannot be reached (RegistryUnreachable, which says so), or no news for
+        ``stall_timeout`` seconds.
         """
         url = f"{self._base}{COMPAT}/images/create"
         tracker = PullProgress(image)
         try:
             async with self._http().post(url, params={"fromImage": image}) as response:
                 if response.status != 200:
-                    raise ImageNotFound(image, _message(await response.text()))
+                    raise pull_failure(image, _message(await response.text()))
                 while True:
                     async with asyncio.timeout(self._stall):
                         line = await response.content.readline()
@@ -243,7 +244,7 @@ async def _pull_event(line: bytes, tracker: PullProgress, progress: ProgressCall
         return
     error = PullProgress.error(event)
     if error:
-        raise ImageNotFound(tracker.image, error)
+        raise pull_failure(tracker.image, error)
     text = tracker.update(event)
     if text:
         await progress(text)

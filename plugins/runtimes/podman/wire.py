@@ -12,9 +12,45 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from plugins.runtimes.base import LogChunk, Stream
+from plugins.runtimes.base import ImageNotFound, LogChunk, RegistryUnreachable, Stream
 
-__all__ = ["FrameDecoder", "LogCursor", "PullProgress", "coalesce"]
+__all__ = ["FrameDecoder", "LogCursor", "PullProgress", "coalesce", "pull_failure"]
+
+#: what Podman's (Go's) errors say when a registry cannot be reached at all, as opposed
+#: to a registry that answered "no such image", "denied" or with a bad certificate
+UNREACHABLE: Final = (
+    "dial tcp",
+    "no such host",
+    "server misbehaving",
+    "temporary failure in name resolution",
+    "connection refused",
+    "connection reset by peer",
+    "network is unreachable",
+    "no route to host",
+    "i/o timeout",
+    "tls handshake timeout",
+    "client.timeout exceeded",
+)
+DEFAULT_REGISTRY: Final = "docker.io"
+
+
+def registry_of(image: str) -> str:
+    """The registry an image reference names (Docker's rule: a first component with a
+    ``.`` or ``:``, or ``localhost``), else docker.io."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return DEFAULT_REGISTRY
+
+
+def pull_failure(image: str, detail: str) -> ImageNotFound:
+    """What a failed pull of *image* means, from Podman's error text: an unreachable
+    registry, or an image that is not there (or not ours to pull)."""
+    lowered = detail.lower()
+    if any(phrase in lowered for phrase in UNREACHABLE):
+        return RegistryUnreachable(image, registry_of(image), detail)
+    return ImageNotFound(image, detail)
+
 
 _STREAMS: Final[dict[int, Stream]] = {1: "stdout", 2: "stderr"}
 _HEADER = 8

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import httpx
 from redis.asyncio import Redis
+from waiting import until
 
 from contract.endpoints import (
     EndpointRoute,
@@ -134,17 +135,6 @@ async def publish(redis: Redis, record: EndpointRoute) -> None:
     await write_endpoint_route(redis, record)
 
 
-async def eventually(
-    check: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, what: str = ""
-) -> None:
-    """Poll ``check`` until it holds (a generous limit: this is no timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.02)
-
-
 async def health(
     redis: Redis, replica: ReplicaProcess, endpoint_id: str = ENDPOINT_ID
 ) -> ReplicaHealth | None:
@@ -157,7 +147,7 @@ async def ready(redis: Redis, replica: ReplicaProcess, endpoint_id: str = ENDPOI
         verdict = await health(redis, replica, endpoint_id)
         return verdict is not None and verdict.ready
 
-    await eventually(check, what=f"{replica.name} ready")
+    await until(check, timeout=10, interval=0.02, what=f"{replica.name} ready")
 
 
 def replica_of(response: httpx.Response) -> str:

@@ -4,7 +4,9 @@
   echoes requests, streams Server-Sent Events on cue, reads uploads incrementally, serves
   large downloads and echoes WebSockets (subprotocols, binary frames, close codes);
 * a **gateway stand-in** answering ``GET /v1/users/me`` as the gateway's documented
-  contract says (200 with id/name/role for a known key, 401 otherwise);
+  contract says (200 with id/name/role and the key's scopes and expiry for a known,
+  unexpired key, 401 otherwise; ``tests/integration/gateway/test_api_keys.py`` checks
+  the gateway's own answer has that shape);
 * the **proxy** itself under uvicorn in the test's event loop, on a random port, with a
   route for session ``SESSION`` owned by ``OWNER`` in Redis.
 """
@@ -14,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -35,7 +39,41 @@ OTHER_SESSION = "9d2f4b6c-1111-4222-8333-444455556666"
 OWNER = "user-alice"
 STRANGER = "user-mallory"
 ADMIN = "user-root"
-KEYS = {"jg_alice": (OWNER, "user"), "jg_mallory": (STRANGER, "user"), "jg_root": (ADMIN, "admin")}
+USER_SCOPES = ("read", "sessions", "endpoints", "folders")
+
+
+@dataclass(frozen=True)
+class StubKey:
+    """A key the gateway stand-in knows: whose, with which scopes, until when (epoch s)."""
+
+    user_id: str
+    role: str = "user"
+    scopes: tuple[str, ...] = USER_SCOPES
+    expires_at: float | None = None
+
+    def answer(self) -> dict[str, Any]:
+        """``GET /v1/users/me``'s body, as the gateway writes it."""
+        expires = None
+        if self.expires_at is not None:
+            at = datetime.fromtimestamp(self.expires_at, UTC)
+            expires = at.isoformat().replace("+00:00", "Z")
+        return {
+            "id": self.user_id,
+            "name": self.user_id.removeprefix("user-"),
+            "role": self.role,
+            "created_at": "2026-01-01T00:00:00Z",
+            "key": {"scopes": list(self.scopes), "expires_at": expires},
+        }
+
+
+KEYS = {
+    "jg_alice": StubKey(OWNER),
+    "jg_alice_read": StubKey(OWNER, scopes=("read",)),
+    "jg_alice_sessions": StubKey(OWNER, scopes=("sessions",)),
+    "jg_alice_endpoints": StubKey(OWNER, scopes=("endpoints",)),
+    "jg_mallory": StubKey(STRANGER),
+    "jg_root": StubKey(ADMIN, "admin", (*USER_SCOPES, "admin")),
+}
 
 
 # ---- the app behind the proxy ----------------------------------------------------------
@@ -210,27 +248,27 @@ async def running_app() -> AsyncIterator[AppServer]:
 class GatewayStub:
     url: str
     calls: list[str]
+    keys: dict[str, StubKey]  # a test may add one (an expiring key, say)
 
 
 @asynccontextmanager
 async def running_gateway() -> AsyncIterator[GatewayStub]:
     calls: list[str] = []
+    keys = dict(KEYS)
 
     async def me(request: web.Request) -> web.StreamResponse:
         key = request.headers.get("Authorization", "").removeprefix("Bearer ")
         calls.append(hashlib.sha256(key.encode()).hexdigest())
-        if key not in KEYS:
+        known = keys.get(key)
+        if known is None or (known.expires_at is not None and known.expires_at <= time.time()):
             return web.json_response({"title": "unauthorized"}, status=401)
-        user_id, role = KEYS[key]
-        return web.json_response(
-            {"id": user_id, "name": user_id.removeprefix("user-"), "role": role}
-        )
+        return web.json_response(known.answer())
 
     app = web.Application()
     app.router.add_get("/v1/users/me", me)
     runner, url = await start_site(app)
     try:
-        yield GatewayStub(url, calls)
+        yield GatewayStub(url, calls, keys)
     finally:
         await runner.cleanup()
 

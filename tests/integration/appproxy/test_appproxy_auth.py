@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -17,8 +18,10 @@ from proxy_harness import (
     GatewayStub,
     Proxy,
     ProxyFactory,
+    StubKey,
     problem,
 )
+from waiting import until
 
 from contract.tokens import issue_app_token
 
@@ -134,6 +137,9 @@ async def test_expired_cookie_is_401(proxy: Proxy) -> None:
     ("name", "key", "status"),
     [
         ("owner's key", "jg_alice", 200),
+        ("owner's key with only the sessions scope", "jg_alice_sessions", 200),
+        ("owner's read-only key", "jg_alice_read", 403),
+        ("owner's endpoints key", "jg_alice_endpoints", 403),
         ("another user's key", "jg_mallory", 403),
         ("admin's key", "jg_root", 200),
         ("unknown key", "jg_nobody", 401),
@@ -147,6 +153,37 @@ async def test_bearer_key_access(proxy: Proxy, name: str, key: str, status: int)
         assert "authorization" not in seen_by_app(response.content)["headers"]  # key kept back
     else:  # an API client gets problem+json without asking
         assert problem(response)["status"] == status
+
+
+async def test_a_key_without_the_sessions_scope_opens_no_app_and_an_expired_one_none(
+    proxy_factory: ProxyFactory, gateway_stub: GatewayStub
+) -> None:
+    proxy = await proxy_factory(proxy_user_cache_ttl=60)  # longer than the test: expiry rules
+    read_only = {"Authorization": "Bearer jg_alice_read"}
+    async with proxy.client(headers=read_only) as client:
+        api = await client.get(f"/s/{SESSION}/echo/")
+        page = await client.get(f"/s/{SESSION}/jupyter/", headers={"Accept": "text/html"})
+        ghost = await client.get(f"/s/{OTHER_SESSION}/echo/")
+    assert problem(api)["type"] == "urn:jobgate:proxy:key-lacks-scope"
+    assert "'sessions' scope" in problem(api)["detail"]
+    assert page.status_code == 403
+    assert page.headers["content-type"].startswith("text/html")
+    assert "&#x27;sessions&#x27; scope" in page.text
+    assert ghost.status_code == 403  # refused before anything is said about the session
+    assert problem(ghost) == problem(api)
+
+    # a key that expires: it works until then, cached, and not a moment longer
+    gateway_stub.keys["jg_alice_soon"] = StubKey(OWNER, expires_at=time.time() + 2)
+    async with proxy.client(headers={"Authorization": "Bearer jg_alice_soon"}) as client:
+        assert (await client.get(f"/s/{SESSION}/echo/")).status_code == 200
+        assert (await client.get(f"/s/{SESSION}/echo/")).status_code == 200
+        asked = len(gateway_stub.calls)
+
+        async def refused() -> bool:
+            return (await client.get(f"/s/{SESSION}/echo/")).status_code == 401
+
+        await until(refused, timeout=15, interval=0.1, what="the expired key refused")
+    assert len(gateway_stub.calls) == asked + 1  # asked again once, at its expiry
 
 
 async def test_bearer_answers_are_cached(proxy: Proxy, gateway_stub: GatewayStub) -> None:

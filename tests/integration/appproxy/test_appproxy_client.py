@@ -10,11 +10,11 @@ import pytest
 
 from appproxy.backend.client import (
     ConnectionPool,
-    Origin,
     UpstreamBroken,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from appproxy.backend.http1 import Origin
 
 pytestmark = pytest.mark.timeout(30)
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -198,6 +198,20 @@ async def test_body_cut_short_is_broken(pool: ConnectionPool) -> None:
 
     async with scripted(script) as (_, origin):
         with pytest.raises(UpstreamBroken):
+            await body_of(pool, origin)
+
+
+@pytest.mark.parametrize("status", [600, 999])
+async def test_a_status_http_has_not_is_no_answer(pool: ConnectionPool, status: int) -> None:
+    """httptools reads any three digits; 600-999 is not HTTP (the ASGI path answers 502,
+    as the fast lane does)."""
+
+    async def script(head: bytes, number: int, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 %d Odd\r\nContent-Length: 2\r\n\r\nok" % status)
+        return True
+
+    async with scripted(script) as (_, origin):
+        with pytest.raises(UpstreamUnavailable):
             await body_of(pool, origin)
 
 

@@ -19,7 +19,6 @@ from endpoint_harness import (
     EXPIRED_TOKEN,
     TOKEN,
     ReplicaProcess,
-    eventually,
     health,
     publish,
     ready,
@@ -28,6 +27,7 @@ from endpoint_harness import (
     route,
 )
 from proxy_harness import Proxy, ProxyFactory, problem
+from waiting import until
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -91,9 +91,13 @@ async def test_routing_auth_streaming_and_reports(
             assert refused.status_code == 401
             refusals.append(refused.content)
         assert len(set(refusals)) == 1  # nothing tells an existing endpoint from a missing one
-        # jobgate API keys: the owner and an admin pass; another user's endpoint is a 404
+        # jobgate API keys: the owner and an admin pass, with the endpoints scope (a
+        # read-only or a sessions key: 403); another user's endpoint is a 404
         for key, status in [
             ("jg_alice", 200),
+            ("jg_alice_endpoints", 200),
+            ("jg_alice_read", 403),
+            ("jg_alice_sessions", 403),
             ("jg_root", 200),
             ("jg_mallory", 404),
             ("jg_nobody", 401),
@@ -102,6 +106,8 @@ async def test_routing_auth_streaming_and_reports(
             assert answer.status_code == status, key
             if status == 200:
                 assert "authorization" not in answer.json()["headers"]
+            elif status == 403:
+                assert "'endpoints' scope" in problem(answer)["detail"], key
         assert (await client.get("/e/ghost/x", headers=bearer("jg_mallory"))).status_code == 404
         assert (await client.get("/e/ghost/x", headers=bearer("jg_root"))).status_code == 404
 
@@ -111,7 +117,7 @@ async def test_routing_auth_streaming_and_reports(
         async def revoked() -> bool:
             return (await client.get("/e/iris/ping", headers=bearer(TOKEN))).status_code == 401
 
-        await eventually(revoked, what="revoked token refused")
+        await until(revoked, timeout=10, interval=0.02, what="revoked token refused")
 
         # a public endpoint needs nothing; the caller's own Authorization reaches the server
         await publish(proxy.redis, route(replica.target(), public=True))
@@ -119,7 +125,7 @@ async def test_routing_auth_streaming_and_reports(
         async def public() -> bool:
             return (await client.get("/e/iris/ping")).status_code == 200
 
-        await eventually(public, what="public endpoint open")
+        await until(public, timeout=10, interval=0.02, what="public endpoint open")
         own = await client.get("/e/iris/x", headers={"Authorization": "Basic dTpw"})
         assert own.json()["headers"]["authorization"] == "Basic dTpw"
 
@@ -149,7 +155,7 @@ async def test_routing_auth_streaming_and_reports(
         raw = await proxy.redis.hget(endpoint_load_key(ENDPOINT_ID), proxy.app.proxy_id)  # type: ignore[misc]
         return raw is not None and LoadReport.model_validate_json(raw).at > quiet_since
 
-    await eventually(reported, what="a load report")
+    await until(reported, timeout=10, interval=0.02, what="a load report")
     raw = await proxy.redis.hget(endpoint_load_key(ENDPOINT_ID), proxy.app.proxy_id)  # type: ignore[misc]
     report = LoadReport.model_validate_json(raw)
     assert report.requests_total == served
@@ -173,7 +179,7 @@ async def test_routing_auth_streaming_and_reports(
             probe=Probe(path="/", interval_s=0.2),
         ),
     )
-    await eventually(lambda: _known(proxy, "chat"), what="chat in rotation")
+    await until(lambda: _known(proxy, "chat"), timeout=10, interval=0.02, what="chat in rotation")
     ws_url = proxy.url.replace("http://", "ws://") + "/e/chat/ws"
     async with connect(ws_url, additional_headers=bearer(TOKEN)) as ws:
         await ws.send("hello")
@@ -186,8 +192,11 @@ async def test_routing_auth_streaming_and_reports(
 
     # subdomain mode: {name}.{base domain}, at the root of the host
     sub = await proxy_factory(proxy_base_domain="apps.test")
-    await eventually(
-        lambda: _known(sub), what="the second proxy loads the endpoint from Redis at start"
+    await until(
+        lambda: _known(sub),
+        timeout=10,
+        interval=0.02,
+        what="the second proxy loads the endpoint from Redis at start",
     )
     async with sub.client() as client:
         answer = await client.get("/ping", headers={"Host": "iris.apps.test"})
@@ -217,15 +226,23 @@ async def test_balancing_queue_and_retry_after(proxy: Proxy, start_replica: Star
 
         # one slot, a queue of two: 3 of 6 concurrent requests are answered, 3 refused
         await publish(proxy.redis, route(a.target(), concurrency_per_replica=1, queue_limit=2))
-        await eventually(lambda: _one_replica(proxy), what="the proxy takes the one-replica route")
+        await until(
+            lambda: _one_replica(proxy),
+            timeout=10,
+            interval=0.02,
+            what="the proxy takes the one-replica route",
+        )
         endpoint = endpoint_of(proxy)
         tasks = []
         for _ in range(3):
             tasks.append(
                 asyncio.create_task(client.get("/e/iris/x?delay_ms=300", headers=bearer(TOKEN)))
             )
-        await eventually(
-            lambda: _at(endpoint, in_flight=1, queued=2), what="one in flight, two queued"
+        await until(
+            lambda: _at(endpoint, in_flight=1, queued=2),
+            timeout=10,
+            interval=0.02,
+            what="one in flight, two queued",
         )
         refused = [await client.get("/e/iris/x", headers=bearer(TOKEN)) for _ in range(3)]
         for answer in refused:
@@ -262,14 +279,19 @@ async def test_readiness_starting_and_draining(proxy: Proxy, start_replica: Star
 
         # both serving; then a's readiness probe fails and it leaves rotation
         await publish(proxy.redis, route(a.target(), b.target(index=1), probe=probe))
-        await eventually(lambda: _ready_count(proxy, 2), what="two replicas in rotation")
+        await until(
+            lambda: _ready_count(proxy, 2),
+            timeout=10,
+            interval=0.02,
+            what="two replicas in rotation",
+        )
         await a.set_ping(500)
 
         async def a_unready() -> bool:
             verdict = await health(proxy.redis, a)
             return verdict is not None and not verdict.ready
 
-        await eventually(a_unready, what="a reported not ready")
+        await until(a_unready, timeout=10, interval=0.02, what="a reported not ready")
         verdict = await health(proxy.redis, a)
         assert verdict is not None
         assert verdict.reason == "HTTP 500 from /ping"
@@ -277,15 +299,29 @@ async def test_readiness_starting_and_draining(proxy: Proxy, start_replica: Star
         assert await replicas_seen(10) == {"b"}
         await a.set_ping(200)
         await ready(proxy.redis, a)
-        await eventually(lambda: _ready_count(proxy, 2), what="a back in rotation")
+        await until(
+            lambda: _ready_count(proxy, 2), timeout=10, interval=0.02, what="a back in rotation"
+        )
 
         # draining: a's in-flight request finishes, new ones all go to b
         await publish(proxy.redis, route(a.target(), b.target("starting", 1), probe=probe))
-        await eventually(lambda: _ready_count(proxy, 1), what="b out of rotation")
+        await until(
+            lambda: _ready_count(proxy, 1), timeout=10, interval=0.02, what="b out of rotation"
+        )
         slow = asyncio.create_task(client.get("/e/iris/x?delay_ms=600", headers=bearer(TOKEN)))
-        await eventually(lambda: _in_flight(proxy, a.session_id), what="the slow request on a")
+        await until(
+            lambda: _in_flight(proxy, a.session_id),
+            timeout=10,
+            interval=0.02,
+            what="the slow request on a",
+        )
         await publish(proxy.redis, route(a.target("draining"), b.target(index=1), probe=probe))
-        await eventually(lambda: _state(proxy, a.session_id, "draining"), what="a draining")
+        await until(
+            lambda: _state(proxy, a.session_id, "draining"),
+            timeout=10,
+            interval=0.02,
+            what="a draining",
+        )
         assert await replicas_seen(10) == {"b"}
         assert replica_of(await slow) == "a"
 
@@ -312,7 +348,12 @@ async def test_retry_on_refused_connection(proxy: Proxy, start_replica: StartRep
         await publish(proxy.redis, route(dead.target(), b.target(index=1), probe=slow_probe))
         await ready(proxy.redis, dead)
         await ready(proxy.redis, b)
-        await eventually(lambda: _ready_count(proxy, 2), what=f"{name} and b in rotation")
+        await until(
+            lambda: _ready_count(proxy, 2),
+            timeout=10,
+            interval=0.02,
+            what=f"{name} and b in rotation",
+        )
         await dead.kill()
         return dead
 
@@ -357,16 +398,33 @@ async def test_retry_on_refused_connection(proxy: Proxy, start_replica: StartRep
         only_killed = (killed.target(), b.target("starting", 1))
         await publish(proxy.redis, route(*only_killed, probe=slow_probe))
         await ready(proxy.redis, killed)
-        await eventually(lambda: _ready_count(proxy, 1), what="only killed in rotation")
+        await until(
+            lambda: _ready_count(proxy, 1),
+            timeout=10,
+            interval=0.02,
+            what="only killed in rotation",
+        )
         in_flight = asyncio.create_task(  # a POST: not re-sent elsewhere when it breaks
             client.post("/e/iris/x?delay_ms=5000", headers=bearer(TOKEN), content=b"x")
         )
-        await eventually(lambda: _in_flight(proxy, killed.session_id), what="a request on it")
+        await until(
+            lambda: _in_flight(proxy, killed.session_id),
+            timeout=10,
+            interval=0.02,
+            what="a request on it",
+        )
         await publish(proxy.redis, route(killed.target(), b.target(index=1), probe=slow_probe))
-        await eventually(lambda: _ready_count(proxy, 2), what="killed and b in rotation")
+        await until(
+            lambda: _ready_count(proxy, 2),
+            timeout=10,
+            interval=0.02,
+            what="killed and b in rotation",
+        )
         await killed.kill()
         assert (await in_flight).status_code == 502
-        await eventually(lambda: refused(killed), what="killed out of rotation")
+        await until(
+            lambda: refused(killed), timeout=10, interval=0.02, what="killed out of rotation"
+        )
         verdict = await health(proxy.redis, killed)
         assert verdict is not None
         assert verdict.reason.startswith("after a failed request: ")
@@ -379,14 +437,21 @@ async def test_hold_at_zero_wakes_once(proxy: Proxy, start_replica: StartReplica
     await pubsub.subscribe(ENDPOINT_WAKE_CHANNEL)
     assert (await pubsub.get_message(timeout=5.0))["type"] == "subscribe"
     await publish(proxy.redis, route(wake_timeout_s=30.0))
-    await eventually(lambda: _has(proxy, "iris"), what="the proxy knows the endpoint")
+    await until(
+        lambda: _has(proxy, "iris"), timeout=10, interval=0.02, what="the proxy knows the endpoint"
+    )
     endpoint = endpoint_of(proxy)
     async with httpx.AsyncClient(base_url=proxy.url, timeout=40.0) as client:
         burst = [
             asyncio.create_task(client.post("/e/iris/invocations", headers=bearer(TOKEN)))
             for _ in range(8)
         ]
-        await eventually(lambda: _at(endpoint, in_flight=0, queued=8), what="8 requests held")
+        await until(
+            lambda: _at(endpoint, in_flight=0, queued=8),
+            timeout=10,
+            interval=0.02,
+            what="8 requests held",
+        )
         woken_at = await proxy.redis.get(endpoint_wake_key(ENDPOINT_ID))
         assert woken_at is not None
         assert abs(int(woken_at) - time.time()) < 60
@@ -412,7 +477,12 @@ async def test_hold_at_zero_wakes_once(proxy: Proxy, start_replica: StartReplica
 
         # nobody answers the wake within wake_timeout_s: 503 with Retry-After
         await publish(proxy.redis, route(name="cold", endpoint_id="ep-cold", wake_timeout_s=0.3))
-        await eventually(lambda: _has(proxy, "cold"), what="the proxy knows endpoint cold")
+        await until(
+            lambda: _has(proxy, "cold"),
+            timeout=10,
+            interval=0.02,
+            what="the proxy knows endpoint cold",
+        )
         late = await client.get("/e/cold/ping", headers=bearer(TOKEN))
         assert late.status_code == 503
         assert late.headers["retry-after"] == "5"

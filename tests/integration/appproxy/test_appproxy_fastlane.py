@@ -9,6 +9,7 @@ sample app of proxy_harness (echo, SSE on cue, streamed uploads), one aiohttp si
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
-from endpoint_harness import TOKEN, eventually, publish, route
+from endpoint_harness import TOKEN, publish, route
 from proxy_harness import AppServer, AppState, Proxy, ProxyFactory, SampleApp, problem, start_site
+from waiting import until
 
 from appproxy.inference.balancer import Replica
 from appproxy.inference.store import Endpoint
@@ -73,7 +75,7 @@ async def _published(proxy: Proxy, targets: list[ReplicaTarget], **route_setting
     async def all_ready() -> bool:
         return endpoint.balancer.ready_count == len(targets)
 
-    await eventually(all_ready, what="replicas ready")
+    await until(all_ready, timeout=10, interval=0.02, what="replicas ready")
     return endpoint
 
 
@@ -84,7 +86,7 @@ async def _endpoint(proxy: Proxy) -> Endpoint:
     async def known() -> bool:
         return store.peek("iris") is not None
 
-    await eventually(known, what="endpoint known")
+    await until(known, timeout=10, interval=0.02, what="endpoint known")
     found = store.peek("iris")
     assert found is not None
     return found
@@ -109,7 +111,7 @@ async def all_released(endpoint: Endpoint) -> None:
             r.in_flight == 0 and r.stats.in_flight == 0 for r in replicas(endpoint)
         )
 
-    await eventually(idle, what="every slot released")
+    await until(idle, timeout=10, interval=0.02, what="every slot released")
 
 
 def header_values(body: dict[str, Any], name: str) -> list[str]:
@@ -206,7 +208,7 @@ async def test_a_repeated_request_head_still_meets_a_revoked_or_expired_token(
         async def applied() -> bool:
             return len(endpoint.route.tokens) == 1
 
-        await eventually(applied, what="the new route applied")
+        await until(applied, timeout=10, interval=0.02, what="the new route applied")
         assert (await client.get("/e/iris/x", headers=AUTH)).status_code == 401
     expect_taken(proxy, fast_lane, 3)
 
@@ -227,7 +229,7 @@ async def test_a_repeated_head_meets_a_public_endpoint_made_private_and_other_cr
         async def private() -> bool:
             return not endpoint.route.public
 
-        await eventually(private, what="the endpoint private")
+        await until(private, timeout=10, interval=0.02, what="the endpoint private")
         assert (await client.get("/e/iris/x")).status_code == 401
         assert (await client.get("/e/iris/x", headers=wrong)).status_code == 401
         assert (await client.get("/e/iris/x", headers=AUTH)).status_code == 200
@@ -355,6 +357,33 @@ async def test_no_replica_answering_is_the_502_page(
     assert replica.stats.failures == 1
     assert taken(proxy) == (1 if fast_lane else 0)
     await all_released(endpoint)
+
+
+async def test_a_status_http_has_not_is_the_502_page(
+    start_endpoint: StartEndpoint, fast_lane: bool
+) -> None:
+    """httptools reads any three digits as a status: a replica's 999 is no answer."""
+
+    async def replica(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                status = 200 if head.startswith(b"GET /ping ") else 999  # ready to the prober
+                writer.write(b"HTTP/1.1 %d Odd\r\ncontent-length: 2\r\n\r\nok" % status)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(replica, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        proxy, endpoint = await start_endpoint(f"http://127.0.0.1:{port}")
+        async with proxy.client() as client:
+            answer = await client.get("/e/iris/x", headers={**AUTH, "Accept": "application/json"})
+        assert answer.status_code == 502
+        assert problem(answer)["type"] == "urn:jobgate:proxy:app-not-answering"
+        (only,) = replicas(endpoint)
+        assert only.stats.failures == 1
+        await all_released(endpoint)
+        expect_taken(proxy, fast_lane, 1)
 
 
 async def test_silent_replica_times_out_as_on_the_asgi_path(

@@ -6,15 +6,19 @@ import asyncio
 import contextlib
 import logging
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from appproxy.activity import ActivityRecorder
+from appproxy.inference.reports import LoadReporter
+from appproxy.inference.store import EndpointStore
+from appproxy.metrics import EndpointCounters
 from appproxy.routes import RouteStore, RoutesUnavailable
-from contract.keys import ROUTE_CHANNEL, activity_key, route_key
+from contract.endpoints import EndpointRoute, LoadReport, ReplicaTarget, write_endpoint_route
+from contract.keys import ROUTE_CHANNEL, activity_key, endpoint_load_key, route_key
 from contract.routes import RouteRecord, end_route, write_route
 from jobgate.localnet import free_port, redis_server_binary, wait_port
 
@@ -235,3 +239,57 @@ def redis_server_on(port: int, workdir: Path) -> Iterator[None]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def _report_of(redis: Redis, endpoint_id: str, queued: int) -> LoadReport | None:
+    raw = await redis.hget(endpoint_load_key(endpoint_id), "proxy-t")  # type: ignore[misc]
+    report = LoadReport.model_validate_json(raw) if raw else None
+    return report if report is not None and report.queued == queued else None
+
+
+async def _soon(check: Callable[[], Awaitable[LoadReport | None]]) -> LoadReport:
+    """The first report *check* accepts, within 10 s (far less than the hour between
+    the reports the reporter makes on its own)."""
+    for _ in range(200):
+        found = await check()
+        if found is not None:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError("no such load report")
+
+
+async def test_a_request_leaving_the_queue_is_reported_at_once(redis: Redis) -> None:
+    """`endpoints show` and the autoscaler read the proxies' load reports: when the queue
+    empties (the request got its replica), the report says so at once, not a report
+    interval later."""
+    store = EndpointStore(redis, EndpointCounters(lambda session_id: None))
+    one = ReplicaTarget(
+        session_id="s0", index=0, revision=1, upstream="http://127.0.0.1:9", state="serving"
+    )
+    route = EndpointRoute(
+        endpoint_id="ep-q", name="queued", owner_id="u1", replicas=(one,), concurrency_per_replica=1
+    )
+    await write_endpoint_route(redis, route)
+    endpoint = await store.get("queued")
+    assert endpoint is not None
+    balancer = endpoint.balancer
+    balancer.replicas["s0"].ready = True
+    balancer.refresh()
+    reporter = LoadReporter(redis, store, "proxy-t", interval=3600)
+    store.set_load_listener(reporter.nudge)
+    first = await balancer.acquire(1.0)  # the only slot
+    waiting = asyncio.create_task(balancer.acquire(30.0))
+    await asyncio.sleep(0)  # it queues (and waits)
+    assert endpoint.load.queued == 1
+    task = asyncio.create_task(reporter.run())  # its first report goes out at once
+    try:
+        await _soon(lambda: _report_of(redis, "ep-q", queued=1))
+        balancer.release(first)  # the waiter takes the slot: nobody is queued any more
+        assert (await waiting).session_id == "s0"
+        report = await _soon(lambda: _report_of(redis, "ep-q", queued=0))
+        assert report.in_flight == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await store.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -17,6 +16,7 @@ from proxy_harness import (
     problem,
     running_app,
 )
+from waiting import until
 
 from contract.keys import ROUTE_CHANNEL, activity_key, route_key
 from contract.routes import AppRoute, RouteRecord, end_route, write_route
@@ -29,15 +29,6 @@ def seen_by_app(body: bytes) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(body)
     data["headers"] = {k.lower(): v for k, v in data["headers"]}
     return data
-
-
-async def eventually(check: Any, what: str, attempts: int = 200) -> None:
-    """Poll an async check until it holds (a wait for a background write, not a timing)."""
-    for _ in range(attempts):
-        if await check():
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"never happened: {what}")
 
 
 @pytest.mark.parametrize(
@@ -156,7 +147,12 @@ async def test_removed_route_disappears_from_cache(proxy: Proxy) -> None:
         assert (await client.get(f"/s/{SESSION}/echo/")).status_code == 200
         await proxy.redis.delete(route_key(SESSION))
         await proxy.redis.publish(ROUTE_CHANNEL, SESSION)
-        await eventually(lambda: _status_is(client, 404), "the route to disappear")
+        await until(
+            lambda: _status_is(client, 404),
+            timeout=5.0,
+            interval=0.025,
+            what="the route to disappear",
+        )
 
 
 async def _status_is(client: Any, status: int) -> bool:
@@ -168,7 +164,12 @@ async def test_route_change_is_seen_after_publish(proxy: Proxy) -> None:
         assert not await _served_by(client, second_app)  # the first app, and cached now
         # write_route publishes: the very next request must use the new upstream
         await proxy.set_route(upstream=second_app.url)
-        await eventually(lambda: _served_by(client, second_app), "the new upstream to serve")
+        await until(
+            lambda: _served_by(client, second_app),
+            timeout=5.0,
+            interval=0.025,
+            what="the new upstream to serve",
+        )
 
 
 async def _served_by(client: Any, app: AppServer) -> bool:
@@ -194,7 +195,7 @@ async def test_cache_is_dropped_when_pubsub_reconnects(proxy: Proxy) -> None:
         async def resubscribed() -> bool:
             return routes.subscriptions > subscriptions and routes.live.is_set()
 
-        await eventually(resubscribed, "the proxy to subscribe again", attempts=400)
+        await until(resubscribed, timeout=10.0, interval=0.025, what="the proxy to subscribe again")
         response = await client.get(f"/s/{SESSION}/echo/")
     assert response.status_code == 502  # the new (dead) upstream, not the cached one
 
@@ -235,7 +236,7 @@ async def test_activity_is_recorded(proxy: Proxy) -> None:
     async def written() -> bool:
         return await proxy.redis.get(activity_key(SESSION)) is not None
 
-    await eventually(written, "the activity key")
+    await until(written, timeout=5.0, interval=0.025, what="the activity key")
     value = int(await proxy.redis.get(activity_key(SESSION)))
     assert value > 1_700_000_000
 

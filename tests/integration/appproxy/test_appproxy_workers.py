@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 from harness import free_port
 from up_harness import port_open
+from waiting import until_sync
 
 
 def _children(pid: int) -> list[int]:
@@ -44,11 +44,12 @@ def test_several_proxy_processes_share_one_port(redis_url: str) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while len(_children(proxy.pid)) < 2 or not port_open(port):
+
+        def serving() -> bool:
             assert proxy.poll() is None, "the proxy exited"
-            assert time.monotonic() < deadline, "two proxy workers did not start"
-            time.sleep(0.1)
+            return len(_children(proxy.pid)) >= 2 and port_open(port)
+
+        until_sync(serving, timeout=60, interval=0.1, what="two proxy workers started")
         workers = _children(proxy.pid)
         assert len(workers) == 2
         for _ in range(20):  # a new connection each time: any worker may take it

@@ -10,9 +10,7 @@ stats (``GET /v1/nodes/{id}``, ``jobgate nodes show``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import pytest
 import tomli_w
 from harness import TERMINAL, Stack
+from waiting import until
 
 from plugins.accelerators.fake_sysfs import write_numa_nodes
 
@@ -85,16 +84,14 @@ async def node(stack: Stack, node_id: str = "n1") -> dict[str, Any]:
 
 async def wait_reason(stack: Stack, session_id: str, says: str, timeout: float = 30.0) -> str:
     """The pending reason of a session that still waits, once it *says* something."""
-    deadline = time.monotonic() + timeout
-    session: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    async def reason() -> str | None:
         session = await stack.get(session_id)
         assert session["status"] == "PENDING", session
-        reason: str = session["pending_reason"] or ""
-        if says in reason:
-            return reason
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{session_id} waits, but not because {says!r}: {session}")
+        said: str = session["pending_reason"] or ""
+        return said if says in said else None
+
+    return await until(reason, timeout=timeout, what=f"{session_id} waits because {says!r}")
 
 
 def devices_of(session: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -300,11 +297,12 @@ async def test_device_stats_from_the_heartbeat_in_the_api_and_the_cli(
         ],
     )
     await mock_worker(stack, monkeypatch, devices)
-    deadline = time.monotonic() + 30
-    shown = await node(stack)
-    while not shown["stats"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+
+    async def with_stats() -> dict[str, Any] | None:
         shown = await node(stack)
+        return shown if shown["stats"] else None
+
+    shown = await until(with_stats, timeout=30, interval=0.1, what="the node shows device stats")
     assert shown["stats"] == [
         {
             "device_id": "mock-cuda-0",
@@ -320,7 +318,7 @@ async def test_device_stats_from_the_heartbeat_in_the_api_and_the_cli(
         },
     ]
     text = await stack.cli("nodes", "show", "n1")
-    assert "bind_mounts           False" in text  # the process runtime's worker
+    assert "bind_mounts           no" in text  # the process runtime's worker
     assert "device mock-cuda-0: Mock A 8GiB numa 0 cuda.device=1 healthy | util 42% mem 3GiB" in (
         text
     )

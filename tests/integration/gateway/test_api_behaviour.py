@@ -14,13 +14,6 @@ from harness import Stack
 BODY: dict[str, Any] = {"command": ["sleep", "60"], "resources": {"cpu": "0.1", "mem": "64m"}}
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def any_stack(request: pytest.FixtureRequest) -> Stack:
-    name = "stack" if request.param == "postgresql" else "sqlite_stack"
-    found: Stack = request.getfixturevalue(name)
-    return found
-
-
 async def test_deletes_answer_204_without_a_body_or_content_type(any_stack: Stack) -> None:
     async with any_stack.client() as api:
         r = await api.put("/v1/images/example/app:1", json={"service_ports": "web:http:8080"})
@@ -154,7 +147,7 @@ async def test_concurrent_creates_with_one_name_make_one_session(any_stack: Stac
 @pytest.mark.parametrize(
     ("params", "field", "allowed"),
     [
-        ({"type": "foo"}, "type.0", "'batch' or 'interactive'"),
+        ({"type": "foo"}, "type.0", "'batch', 'interactive' or 'inference'"),
         ({"status": "BOGUS"}, "status.0", "'PENDING'"),
         ({"status": ["RUNNING", "nope"]}, "status.1", "'SUCCEEDED'"),
     ],

@@ -124,3 +124,94 @@ async def test_oversized_streamed_body_is_413(stack: Stack) -> None:
     assert r.status_code == 413
     assert r.headers["content-type"] == "application/problem+json"
     assert await _count(stack) == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field", "rule"),
+    [
+        pytest.param(
+            "POST",
+            "/v1/endpoints",
+            {"name": "My_Model", "image": "localhost/app:1", "port": 8000},
+            "name",
+            "lower-case letters, digits and '-', 1-40 characters, starting and ending with "
+            "a letter or digit",
+            id="endpoint",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/sessions",
+            {**GOOD, "name": "-x"},
+            "name",
+            "letters, digits, '_', '.' and '-', 1-128 characters, starting with a letter or digit",
+            id="session",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/folders",
+            {"name": "a b"},
+            "name",
+            "letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter or "
+            "digit (or with one '.' before it, for a dot-folder)",
+            id="folder",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/projects",
+            {"name": "vision!"},
+            "name",
+            "letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter or digit",
+            id="project",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/users",
+            {"name": "Bob"},
+            "name",
+            "lower-case letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter",
+            id="user",
+        ),
+        pytest.param(
+            "PUT",
+            "/v1/resource-groups/-gpu",
+            {},
+            "name",
+            "letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter or digit",
+            id="group",
+        ),
+    ],
+)
+async def test_a_name_rule_is_said_in_words_not_as_a_regex(
+    stack: Stack, method: str, path: str, body: dict[str, Any], field: str, rule: str
+) -> None:
+    async with stack.client() as api:
+        r = await api.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    problem = r.json()
+    assert problem["field"] == field
+    assert problem["detail"] == f"{field}: must be {rule}"
+    assert problem["errors"][0]["message"] == f"must be {rule}"
+    assert "pattern" not in r.text
+
+
+@pytest.mark.parametrize(
+    ("attempt", "status"),
+    [("0", 422), ("-1", 422), ("one", 422), ("2", 404)],
+    ids=["zero", "negative", "not-a-number", "never-had"],
+)
+async def test_a_log_attempt_out_of_range_is_a_problem(
+    stack: Stack, attempt: str, status: int
+) -> None:
+    """``attempt`` is 1 or more (422 naming it); one the session never had is 404."""
+    async with stack.client() as api:
+        created = await api.post("/v1/sessions", json={**GOOD, "starts_at": "+5m"})
+        path = f"/v1/sessions/{created.json()['id']}/logs"
+        for follow in ("false", "true"):
+            r = await api.get(path, params={"attempt": attempt, "follow": follow})
+            assert r.status_code == status, r.text
+            assert r.headers["content-type"] == "application/problem+json"
+            if status == 422:
+                assert r.json()["field"] == "attempt"
+            else:
+                assert "has no attempt 2: its latest is 1" in r.json()["detail"]
+        assert (await api.get(path, params={"attempt": "1"})).text == ""

@@ -9,13 +9,16 @@ match the rule:
 rule       expected
 =========  ==========================================================================
 public     anyone, even without a key, gets through
-user       any valid API key; no key, a wrong, revoked or node token → 401
-admin      admins; other users → 403; no key, wrong, revoked, node token → 401
+user       any valid API key; no key, a wrong or revoked key, a node credential or the
+           join token → 401
+admin      admins; other users → 403; no key, wrong, revoked, node credential, join → 401
 owner      a session's owner and admins; anyone else → 404 (as if it did not exist)
 self       the named user and admins; other users → 403
 folder     the folder's owner (and those it is shared with) and admins; anyone else →
            404 (as if it did not exist); the owner may get a 404 once it purged it
-node       the node token only; every API key (an admin's too) → 401
+node       a node's own credential only (a 403 for what is not placed on that node:
+           test_node_credentials.py); every API key (an admin's too), the join token → 401
+join       the join token only; anything else → 401
 =========  ==========================================================================
 
 "Gets through" means the answer is not 401 or 403, nor the 404 of a session one may not
@@ -27,6 +30,7 @@ their owner (and admins).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,7 @@ from harness import NODE_TOKEN, Stack
 from gateway.app import create_app
 
 PUBLIC, USER, ADMIN, OWNER, SELF, NODE = "public", "user", "admin", "owner", "self", "node"
+JOIN = "join"
 FOLDER = "folder"
 
 #: "METHOD /path" -> rule
@@ -56,6 +61,11 @@ MATRIX: dict[str, str] = {
     "POST /v1/nodes/{node_id}/drain": ADMIN,
     "POST /v1/nodes/{node_id}/cordon": ADMIN,
     "POST /v1/nodes/{node_id}/uncordon": ADMIN,
+    "POST /v1/nodes/{node_id}/revoke": ADMIN,
+    # usage: anyone, their own and their projects' (another user's: 403, test_usage.py)
+    "GET /v1/usage": USER,
+    "GET /v1/audit": ADMIN,
+    "GET /v1/usage/shares": USER,
     # configuration
     "GET /v1/resource-groups": USER,
     "PUT /v1/resource-groups/{name}": ADMIN,
@@ -71,6 +81,7 @@ MATRIX: dict[str, str] = {
     # people
     "GET /v1/projects": USER,
     "POST /v1/projects": ADMIN,
+    "PATCH /v1/projects/{name}": ADMIN,
     "POST /v1/projects/{name}/members": ADMIN,
     "DELETE /v1/projects/{name}/members/{user}": ADMIN,
     "GET /v1/users/me": USER,
@@ -79,12 +90,17 @@ MATRIX: dict[str, str] = {
     "POST /v1/users/{name}/keys": SELF,
     "GET /v1/users/{name}/keys": SELF,
     "DELETE /v1/users/{name}/keys/{key_id}": SELF,
+    # one's own keys (admins: anyone's with ?user=; tests/integration/gateway/test_api_keys.py)
+    "POST /v1/keys": USER,
+    "GET /v1/keys": USER,
+    "DELETE /v1/keys/{name}": USER,
     # working directories: users upload and check, nodes fetch
     "HEAD /v1/blobs/{digest}": USER,
     "PUT /v1/blobs/{digest}": USER,
     "GET /v1/blobs/{digest}": NODE,
     # worker nodes
     "POST /v1/internal/kernels/{kernel_id}/logs": NODE,
+    "POST /v1/internal/nodes/join": JOIN,
     # inference endpoints (by name; someone else's is "no endpoint NAME")
     "POST /v1/endpoints": USER,
     "GET /v1/endpoints": USER,
@@ -136,7 +152,7 @@ MATRIX: dict[str, str] = {
     "DELETE /v1/uploads/{upload_id}": USER,
 }
 
-KEYLESS = ("anonymous", "wrong key", "revoked key", "node token")
+KEYLESS = ("anonymous", "wrong key", "revoked key", "node credential", "join token")
 
 
 @dataclass
@@ -163,6 +179,13 @@ async def world(stack: Stack) -> World:
             assert r.status_code == 200, r.text
         doomed = (await admin.post("/v1/users/bob/keys", json={"name": "doomed"})).json()
         spare = (await admin.post("/v1/users/alice/keys", json={"name": "spare"})).json()
+        joined = await admin.post(
+            "/v1/internal/nodes/join",
+            json={"node_id": "matrix-node"},
+            headers={"Authorization": f"Bearer {NODE_TOKEN}"},
+        )
+        assert joined.status_code == 200, joined.text
+        node_credential = joined.json()["credential"]
         r = await admin.delete(f"/v1/users/bob/keys/{doomed['id']}")
         assert r.status_code == 204, r.text
     session = await stack.submit(alice, command=["true"], project="lab")
@@ -175,7 +198,8 @@ async def world(stack: Stack) -> World:
             "anonymous": "",
             "wrong key": "jg_" + "x" * 43,
             "revoked key": doomed["key"],
-            "node token": NODE_TOKEN,
+            "node credential": node_credential,
+            "join token": NODE_TOKEN,
             "other user": bob,
             "project member": carol,
             "owner": alice,
@@ -206,7 +230,9 @@ async def world(stack: Stack) -> World:
 
 async def _endpoint(stack: Stack, key: str) -> None:
     async with stack.client(key) as api:
-        r = await api.post("/v1/endpoints", json={"name": "alices", "port": 8000})
+        r = await api.post(
+            "/v1/endpoints", json={"name": "alices", "port": 8000, "command": ["serve"]}
+        )
         assert r.status_code == 201, r.text
 
 
@@ -215,7 +241,9 @@ def expected(rule: str, principal: str) -> set[int] | None:
     if rule == PUBLIC:
         return None
     if rule == NODE:
-        return None if principal == "node token" else {401}
+        return None if principal == "node credential" else {401}
+    if rule == JOIN:
+        return None if principal == "join token" else {401}
     if principal in KEYLESS:
         return {401}
     if principal == "admin" or rule == USER:
@@ -229,6 +257,8 @@ def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
     if r.status_code >= 500:
         return False
     want = expected(rule, principal)
+    if rule == NODE and want is None:  # made-up kernels and blobs: not on this node
+        return r.status_code not in (401,)
     body = r.json() if r.content else {}  # HEAD answers carry no body
     detail = body.get("detail", "") if isinstance(body, dict) else ""
     hidden = r.status_code == 404 and detail.startswith(("no session", "no endpoint"))
@@ -245,11 +275,16 @@ def verdict(rule: str, principal: str, r: httpx.Response) -> bool:
     return r.status_code not in (401, 403) and not hidden
 
 
-async def call(stack: Stack, key: str, method: str, path: str) -> httpx.Response:
+def client(stack: Stack, key: str) -> httpx.AsyncClient:
+    """One principal's client (kept for the whole matrix: its connections are reused, so
+    the ~1,500 calls cost requests, not TCP and TLS-context set-ups)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with httpx.AsyncClient(base_url=stack.url, headers=headers, timeout=30) as api:
-        body: dict[str, Any] | None = {} if method in ("POST", "PUT", "PATCH") else None
-        return await api.request(method, path, json=body)
+    return httpx.AsyncClient(base_url=stack.url, headers=headers, timeout=30)
+
+
+async def call(api: httpx.AsyncClient, method: str, path: str) -> httpx.Response:
+    body: dict[str, Any] | None = {} if method in ("POST", "PUT", "PATCH") else None
+    return await api.request(method, path, json=body)
 
 
 async def test_every_route_has_a_rule(stack: Stack) -> None:
@@ -263,6 +298,15 @@ async def test_every_route_answers_every_principal_by_its_rule(stack: Stack) -> 
     # the principals that may change things go last, so the others see the world intact
     order = list(w.keys)
     wrong: list[str] = []
+    async with contextlib.AsyncExitStack() as clients:
+        apis = {p: await clients.enter_async_context(client(stack, w.keys[p])) for p in order}
+        await _walk(stack, w, order, apis, wrong)
+    assert wrong == [], "\n".join(wrong)
+
+
+async def _walk(
+    stack: Stack, w: World, order: list[str], apis: dict[str, httpx.AsyncClient], wrong: list[str]
+) -> None:
     # deleting the endpoint goes last: the rows after it need it to exist
     for entry in sorted(sorted(MATRIX), key=lambda e: e == "DELETE /v1/endpoints/{name}"):
         method, template = entry.split(" ", 1)
@@ -274,7 +318,7 @@ async def test_every_route_answers_every_principal_by_its_rule(stack: Stack) -> 
         path = template.format(**name_values)
         rule = MATRIX[entry]
         for principal in order:
-            r = await call(stack, w.keys[principal], method, path)
+            r = await call(apis[principal], method, path)
             if entry == "DELETE /v1/endpoints/{name}" and r.status_code == 202:
                 await _endpoint(stack, w.keys["owner"])  # the next principal needs it
             if not verdict(rule, principal, r):
@@ -282,7 +326,6 @@ async def test_every_route_answers_every_principal_by_its_rule(stack: Stack) -> 
             if r.status_code in (401, 403, 404):
                 # refusals are problems, and never say more than they must
                 assert r.headers["content-type"].startswith("application/problem+json"), entry
-    assert wrong == [], "\n".join(wrong)
 
 
 async def test_a_revoked_key_stops_working_at_once_and_listings_never_show_keys(

@@ -1,5 +1,5 @@
 """/v1/blobs over real HTTP on PostgreSQL, and a working directory run by a real worker
-that fetched it with its node token."""
+that fetched it with its own node credential."""
 
 from __future__ import annotations
 
@@ -30,7 +30,14 @@ async def test_blob_routes_and_a_session_that_runs_in_its_working_dir(
     data = packed.path.read_bytes()
     packed.close()
     digest = packed.digest
-    async with stack.client() as api, stack.client(NODE_TOKEN) as node:
+    async with stack.client("") as anyone:  # a node that runs nothing of it
+        joined = await anyone.post(
+            "/v1/internal/nodes/join",
+            json={"node_id": "idle"},
+            headers={"Authorization": f"Bearer {NODE_TOKEN}"},
+        )
+        assert joined.status_code == 200, joined.text
+    async with stack.client() as api, stack.client(joined.json()["credential"]) as node:
         missing = await api.head(f"/v1/blobs/{digest}")
         assert missing.status_code == 404
         put = await api.put(f"/v1/blobs/{digest}", content=data)
@@ -39,11 +46,9 @@ async def test_blob_routes_and_a_session_that_runs_in_its_working_dir(
         again = await api.put(f"/v1/blobs/{digest}", content=data)
         assert again.status_code == 200  # already stored
         assert (await api.head(f"/v1/blobs/{digest}")).status_code == 200
-        # only nodes read blobs back
+        # only nodes read blobs back, and only those of sessions placed on them
         assert (await api.get(f"/v1/blobs/{digest}")).status_code == 401
-        fetched = await node.get(f"/v1/blobs/{digest}")
-        assert fetched.status_code == 200
-        assert fetched.content == data
+        assert (await node.get(f"/v1/blobs/{digest}")).status_code == 403
         # the body must be what its name says
         wrong = await api.put(f"/v1/blobs/{digest_of(b'x')}", content=b"y")
         assert wrong.status_code == 422

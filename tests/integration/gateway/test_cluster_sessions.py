@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from harness import Stack
+from waiting import until
 
-from contract.arq import connect
 from contract.keys import EVENTS_QUEUE
 from contract.messages import EventBatch, KernelEvent
+from plumbing.arq import connect
 
 
 async def _lost(stack: Stack, session: dict[str, Any], kernel: dict[str, Any]) -> None:
@@ -53,13 +55,8 @@ async def test_a_lost_kernel_ends_its_cluster_session_and_stops_the_other(
     await _lost(stack, running, first)
     failed = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
     assert failed["status_reason"] == "its container disappeared"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the other kernel is stopped, not left running
-        kernels = (await stack.get(session["id"]))["kernels"]
-        other = next(k for k in kernels if k["id"] == second["id"])
-        if other["status"] not in ("scheduled", "preparing", "running", "stopping"):
-            break
-        await asyncio.sleep(0.2)
+    # the other kernel is stopped, not left running
+    await _settled(stack, session["id"], lambda k: bool(k["id"] == second["id"]))
     kernels = {k["id"]: k for k in (await stack.get(session["id"]))["kernels"]}
     assert kernels[second["id"]]["status"] == "exited"
     async with stack.client() as api:
@@ -83,17 +80,10 @@ async def test_a_lost_node_ends_the_cluster_session_and_stops_its_kernel_elsewhe
     )
     running = await stack.wait_status(session["id"], {"RUNNING"}, timeout=30)
     assert sorted(k["node"] for k in running["kernels"]) == ["n1", "n2"]
-    await doomed.kill9()
+    await doomed.kill_node()
     failed = await stack.wait_status(session["id"], {"ERROR"}, timeout=30)
     assert failed["status_reason"] == "node n1 lost; retries spent (0 of 0)"
-    deadline = time.monotonic() + 30
-    survivor: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        kernels = (await stack.get(session["id"]))["kernels"]
-        survivor = next(k for k in kernels if k["node"] == "n2")
-        if survivor["status"] not in ("scheduled", "preparing", "running", "stopping"):
-            break
-        await asyncio.sleep(0.2)
+    survivor = await _settled(stack, session["id"], lambda k: bool(k["node"] == "n2"))
     assert survivor["status"] == "exited"
     async with stack.client() as api:
         occupied = (await api.get("/v1/nodes/n2")).json()["occupied"]
@@ -126,3 +116,17 @@ async def test_logs_followed_or_not_show_the_chosen_kernels_output(stack: Stack)
     assert sorted(every.splitlines()) == ["end of main1", "from main1", "from sub1"]
     assert await stack.cli("logs", sid, "--kernel", "sub1") == sub
     assert await stack.cli("logs", sid) == main
+
+
+async def _settled(
+    stack: Stack, session_id: str, which: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The session's kernel *which* picks, once it is no longer starting, running or stopping."""
+
+    async def kernel() -> dict[str, Any] | None:
+        kernels = (await stack.get(session_id))["kernels"]
+        found: dict[str, Any] = next(k for k in kernels if which(k))
+        live = found["status"] in ("scheduled", "preparing", "running", "stopping")
+        return None if live else found
+
+    return await until(kernel, timeout=30, interval=0.2, what=f"a kernel of {session_id} ended")

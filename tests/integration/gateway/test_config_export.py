@@ -64,6 +64,7 @@ async def configure(stack: Stack) -> None:
             ),
             ("POST", "/v1/projects", {"name": "vision"}),
             ("POST", "/v1/projects/vision/members", {"user": "alice"}),
+            ("PATCH", "/v1/projects/vision", {"share": 2}),
             (
                 "PUT",
                 "/v1/policies/user/alice",
@@ -99,7 +100,7 @@ async def test_export_then_import_twice_into_another_deployment(
     groups = {g["name"]: g for g in doc["resource_groups"]}
     assert groups["gpu"]["scheduler"] == {"sequencer": "drf", "scorers": ["dispersed"]}
     assert {"name": "alice", "role": "user"} in doc["users"]
-    assert {"name": "vision", "members": ["alice"]} in doc["projects"]
+    assert {"name": "vision", "members": ["alice"], "share": 2} in doc["projects"]
     alice = next(p for p in doc["policies"] if p["subject"] == "alice")
     assert alice["max_sessions"] == 3
     assert doc["images"][0]["apps"]["jupyter"]["port"] == 8888

@@ -11,20 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from harness import Stack, free_port
 
 from gateway.db.engine import create_engine, create_session_factory, unavailable
 from gateway.services.lookups import Ask, Lookups
 
 LATER: dict[str, Any] = {"command": ["true"], "starts_at": "+1h"}  # stays PENDING
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def any_stack(request: pytest.FixtureRequest) -> Stack:
-    name = "stack" if request.param == "postgresql" else "sqlite_stack"
-    found: Stack = request.getfixturevalue(name)
-    return found
 
 
 def mounted(session: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ look like the client's fault.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -97,6 +98,22 @@ async def test_a_value_postgresql_refuses_is_a_422(pg_url: str, statement: State
     assert "outside what the gateway can store" in answer.json()["detail"]
 
 
+async def test_text_with_a_nul_is_a_422_that_says_so(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL cannot hold a NUL in text or JSON; a field whose rule forgot it answers a
+    422 naming the NUL, and the log line names the SQLSTATE, not the value."""
+    exc = await _raised(pg_url, _insert("a\x00b", "s"))
+    assert isinstance(exc, DataError), repr(exc)
+    with caplog.at_level(logging.WARNING, logger="gateway.api.problems"):
+        answer = await _answer(exc)
+    assert answer.status_code == 422, answer.text
+    assert "NUL character" in answer.json()["detail"]
+    logged = caplog.records[-1].getMessage()
+    assert "SQLSTATE 22" in logged, logged
+    assert "INSERT" not in logged, logged
+
+
 async def test_an_integer_sqlite_cannot_hold_is_a_422(tmp_path: Path) -> None:
     exc = await _raised(f"sqlite+aiosqlite:///{tmp_path / 'db'}", _insert(2**70))
     assert isinstance(exc, DataError), repr(exc)
@@ -104,7 +121,9 @@ async def test_an_integer_sqlite_cannot_hold_is_a_422(tmp_path: Path) -> None:
     assert answer.status_code == 422, answer.text
 
 
-async def test_a_connection_the_server_dropped_is_a_503(pg_url: str) -> None:
+async def test_a_connection_the_server_dropped_is_a_503(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async def killed(conn: AsyncConnection) -> None:
         pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
         admin = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://"))
@@ -116,9 +135,15 @@ async def test_a_connection_the_server_dropped_is_a_503(pg_url: str) -> None:
 
     exc = await _raised(pg_url, killed)
     assert unavailable(exc), repr(exc)
-    answer = await _answer(exc)
+    with caplog.at_level(logging.WARNING, logger="gateway.api.problems"):
+        answer = await _answer(exc)
     assert answer.status_code == 503, answer.text
     assert answer.headers["retry-after"] == "1"
+    # the log names the driver's own error (and its SQLSTATE when the server sent one):
+    # the operator's first question; never the statement or its parameters
+    logged = caplog.records[-1].getMessage()
+    assert "asyncpg.exceptions" in logged, logged
+    assert "SELECT" not in logged, logged
 
 
 @pytest.mark.parametrize("where", ["postgresql", "sqlite"])

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from harness import Stack
+from harness import Stack, started_stack
 from redis.asyncio import Redis
 from sqlalchemy import select, update
+from waiting import until
 
 from contract.endpoints import EndpointRoute, LoadReport, ReplicaHealth
 from contract.keys import (
@@ -29,21 +31,9 @@ from contract.keys import (
 )
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.db.models import Endpoint, Kernel, Node, Session, WebhookEvent
-from gateway.endpoints.leader import Leader
+from gateway.loops.endpoint_leader import Leader
 
 BODY = {"name": "demo", "port": 8000, "command": ["serve"], "resources": {"cpu": "0.1"}}
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
-    """The first truthy result of *check*, polled (the controller ticks each second)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"never happened; last: {last!r}")
 
 
 async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) -> None:
@@ -60,6 +50,7 @@ async def test_bad_requests_are_clear_problems_and_create_nothing(stack: Stack) 
         ({**BODY, "image": "NOT AN IMAGE"}, "image"),
         ({**BODY, "resources": {"cpu": "lots"}}, "resources"),
         ({**BODY, "rollout": {"max_surge": 0, "max_unavailable": 0}}, "rollout"),
+        ({**BODY, "command": []}, "command"),  # no image either: nothing would serve
     ]
     async with stack.client(alice) as api:
         for body, field in bad:
@@ -144,13 +135,21 @@ async def test_owner_tokens_idempotency_and_another_user(stack: Stack) -> None:
                 raw = await redis.get(endpoint_route_key("demo"))
                 return EndpointRoute.from_json(raw) if raw else None
 
-            with_token = await eventually(
-                lambda: _has(route, lambda x: [t.id for t in x.tokens] == [token["id"]])
+            with_token = await until(
+                lambda: _has(route, lambda x: [t.id for t in x.tokens] == [token["id"]]),
+                timeout=20,
+                interval=0.2,
+                what="the route carries the new token",
             )
             assert token["token"] not in with_token.to_json()
             r = await api.delete(f"/v1/endpoints/demo/tokens/{token['id']}")
             assert r.status_code == 204
-            await eventually(lambda: _has(route, lambda x: x.tokens == ()))
+            await until(
+                lambda: _has(route, lambda x: x.tokens == ()),
+                timeout=20,
+                interval=0.2,
+                what="the route carries no token",
+            )
         finally:
             await redis.aclose()
         listed = (await api.get("/v1/endpoints/demo/tokens")).json()
@@ -254,7 +253,18 @@ async def _show(api: httpx.AsyncClient, name: str) -> dict[str, Any]:
     return body
 
 
-async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Stack) -> None:
+@pytest.fixture
+async def undelivered_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A stack whose gateway runs no webhook deliverer, so an outbox row nobody
+    subscribes to stays for the test to read (a deliverer drops it within a second)."""
+    async with started_stack(pg_url, redis_url, tmp_path, webhook_deliverer=False) as s:
+        yield s
+
+
+async def test_controller_reconciles_replicas_status_updates_and_zero(
+    undelivered_stack: Stack,
+) -> None:
+    stack = undelivered_stack
     alice = await stack.create_user("alice")
     redis = Redis.from_url(stack.redis_url)
     cluster = Cluster(stack, redis)
@@ -272,12 +282,20 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 e = await _show(api, "demo")
                 return e if len(e["replicas"]) == 2 and "pending" in e["status_reason"] else None
 
-            e = await eventually(two_pending)
+            e = await until(two_pending, timeout=20, interval=0.2, what="two pending")
             assert e["status"] == "DEPLOYING"
             assert "pending" in e["status_reason"]
             assert {r["index"] for r in e["replicas"]} == {0, 1}
             assert [ev["kind"] for ev in e["events"]].count("start") == 1
             first = {r["index"]: r["session_id"] for r in e["replicas"]}
+            # replicas are sessions of type inference, and `sessions ls --type` takes it
+            listed = await api.get("/v1/sessions", params={"type": "inference"})
+            assert listed.status_code == 200, listed.text
+            assert {s["id"] for s in listed.json()["items"]} == set(first.values())
+            batch = (await api.get("/v1/sessions", params={"type": "batch"})).json()
+            assert batch["items"] == []
+            shown = await stack.cli("sessions", "ls", "--type", "inference", key=alice)
+            assert all(sid[:8] in shown for sid in first.values()), shown
 
             # they run and the proxy finds them ready: serving, HEALTHY, in the route
             for index, sid in first.items():
@@ -288,7 +306,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 e = await _show(api, "demo")
                 return e if e["status"] == "HEALTHY" else None
 
-            e = await eventually(healthy)
+            e = await until(healthy, timeout=20, interval=0.2, what="healthy")
             assert e["ready_replicas"] == 2
             assert e["stable_revision"] == 1
             assert {r["state"] for r in e["replicas"]} == {"serving"}
@@ -310,6 +328,8 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
             rows = {r[0]: r[6:8] for r in _table_rows(shown) if r[2] == "serving"}
             assert rows == {"0": ["3", "4"], "1": ["1", "3.25"]}, shown
             assert "REQ/S" in shown
+            assert "revision 1 is ready" in shown
+            assert "None" not in shown  # no Python None in any decision's inputs
             await redis.delete(endpoint_load_key(eid))  # nothing in flight: drains end early
 
             # one stops answering its probe: DEGRADED, naming it and why
@@ -319,7 +339,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 e = await _show(api, "demo")
                 return e if e["status"] == "DEGRADED" else None
 
-            e = await eventually(degraded)
+            e = await until(degraded, timeout=20, interval=0.2, what="degraded")
             assert "replica 1" in e["status_reason"]
             assert "HTTP 500 from /ping" in e["status_reason"]
             # ... and says so once to the owner's webhooks (the outbox row the deliverer sends)
@@ -343,7 +363,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 ids = {r["index"]: r["session_id"] for r in e["replicas"]}
                 return e if ids.get(1) not in (None, first[1]) else None
 
-            e = await eventually(replaced)
+            e = await until(replaced, timeout=20, interval=0.2, what="replaced")
             failed = [ev for ev in e["events"] if ev["kind"] == "replica-failed"]
             assert "exited with 137" in failed[0]["message"]
             assert failed[0]["inputs"]["backoff_s"] == 1.0
@@ -358,7 +378,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 e = await _show(api, "demo")
                 return e if any(r["revision"] == 2 for r in e["replicas"]) else None
 
-            e = await eventually(surging)
+            e = await until(surging, timeout=20, interval=0.2, what="surging")
             assert e["status"] in ("DEPLOYING", "DEGRADED")
             assert [r["state"] for r in e["replicas"] if r["index"] == 0] == ["serving"]
 
@@ -368,7 +388,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 done = e["revision"] == 1 and all(r["revision"] == 1 for r in e["replicas"])
                 return e if done else None
 
-            e = await eventually(rolled_back)
+            e = await until(rolled_back, timeout=20, interval=0.2, what="rolled back")
             rev2 = next(x for x in e["revisions"] if x["number"] == 2)
             assert rev2["state"] == "rolled-back"
             assert "not ready after 2s" in rev2["reason"]
@@ -405,13 +425,18 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                     "idle_to_zero_s": 0,
                 },
             }
-            zid = (await api.post("/v1/endpoints", json=zero)).json()["id"]
+            made = (await api.post("/v1/endpoints", json=zero)).json()
+            zid = made["id"]
+            assert made["status_reason"] == (
+                "created; no replica starts until a request comes (min 0)"
+            )
+            assert made["to_zero_after_s"] == 60.0  # the 60 s stable window, no delay
 
             async def at_zero() -> dict[str, Any] | None:
                 e = await _show(api, "zero")
                 return e if e["status"] == "SCALED_TO_ZERO" else None
 
-            await eventually(at_zero)
+            await until(at_zero, timeout=20, interval=0.2, what="at zero")
             raw = await redis.get(endpoint_route_key("zero"))
             assert EndpointRoute.from_json(raw).replicas == ()
             # a burst of held requests: one wake key (SET NX), many messages
@@ -423,7 +448,7 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
                 e = await _show(api, "zero")
                 return e if e["replicas"] else None
 
-            e = await eventually(woken, timeout=10)
+            e = await until(woken, timeout=10, interval=0.2, what="woken")
             await asyncio.sleep(1.5)  # more ticks with the key still set
             e = await _show(api, "zero")
             assert len(e["replicas"]) == 1
@@ -435,7 +460,12 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(stack: Sta
             sid = e["replicas"][0]["session_id"]
             await cluster.run(sid, 9100)
             await cluster.probe(zid, sid, ready=True)
-            await eventually(lambda: _missing(redis, endpoint_wake_key(zid)))
+            await until(
+                lambda: _missing(redis, endpoint_wake_key(zid)),
+                timeout=20,
+                interval=0.2,
+                what="the wake key cleared",
+            )
     finally:
         await cluster.close()
         await redis.aclose()
@@ -499,7 +529,7 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
             e = await _show(api, "demo")
             return e["replicas"][0]["session_id"] if e["replicas"] else None
 
-        sid = await eventually(replica)
+        sid = await until(replica, timeout=20, interval=0.2, what="replica")
         session = (await api.get(f"/v1/sessions/{sid}")).json()
         assert [(f["id"], f["name"], f["target"], f["read_only"]) for f in session["folders"]] == [
             (fid, "model", "/models", True)
@@ -536,8 +566,11 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
         r = await api.post("/v1/endpoints", json=cold)
         assert r.status_code == 201, r.text
         assert (await api.delete("/v1/endpoints/demo")).status_code == 202
-        await eventually(
-            lambda: _status_is(api, "/v1/folders/model", 200, method="DELETE"), timeout=30
+        await until(
+            lambda: _status_is(api, "/v1/folders/model", 200, method="DELETE"),
+            timeout=30,
+            interval=0.2,
+            what="the folder deletable",
         )
         redis = Redis.from_url(stack.redis_url)
         try:
@@ -550,10 +583,89 @@ async def test_model_folders_are_resolved_once_mounted_by_replicas_and_kept(stac
             e = await _show(api, "cold")
             return e if e["status"] == "UNAVAILABLE" else None
 
-        e = await eventually(unavailable)
+        e = await until(unavailable, timeout=20, interval=0.2, what="unavailable")
         assert "data folder(s) 'model' in the trash or purged" in e["status_reason"]
         assert [ev["kind"] for ev in e["events"]].count("replica-failed") == 1
 
 
 async def _status_is(api: httpx.AsyncClient, path: str, code: int, *, method: str) -> bool:
     return (await api.request(method, path)).status_code == code
+
+
+async def test_rollback_waits_for_its_rollout_and_never_says_healthy_before(
+    stack: Stack,
+) -> None:
+    alice = await stack.create_user("alice")
+    redis = Redis.from_url(stack.redis_url)
+    cluster = Cluster(stack, redis)
+    try:
+        await cluster.start_node()
+        async with stack.client(alice) as api:
+            r = await api.post("/v1/endpoints", json=BODY)
+            assert r.status_code == 201, r.text
+            eid = r.json()["id"]
+            assert r.json()["status_reason"] == "created; 1 replica(s) start shortly"
+
+            async def serve(revision: int, port: int) -> str:
+                async def new() -> str | None:
+                    e = await _show(api, "demo")
+                    found = [x for x in e["replicas"] if x["revision"] == revision]
+                    return found[0]["session_id"] if found else None
+
+                sid: str = await until(new, timeout=20, interval=0.2, what="new")
+                await cluster.run(sid, port)
+                await cluster.probe(eid, sid, ready=True)
+                return sid
+
+            async def healthy_on(revision: int) -> dict[str, Any] | None:
+                e = await _show(api, "demo")
+                for x in e["replicas"]:  # a worker ends what it was told to stop
+                    if x["session_status"] == "TERMINATING":
+                        await cluster.end(x["session_id"], "TERMINATED", "stopped")
+                settled = e["status"] == "HEALTHY" and e["revision"] == revision
+                return (
+                    e if settled and all(x["revision"] == revision for x in e["replicas"]) else None
+                )
+
+            await serve(1, 9000)
+            await until(
+                lambda: healthy_on(1), timeout=20, interval=0.2, what="healthy on revision 1"
+            )
+            # a revision with neither command nor image would serve nothing
+            r = await api.post("/v1/endpoints/demo/revisions", json={"command": []})
+            assert (r.status_code, r.json()["field"]) == (409, "command"), r.text
+            assert "nothing to serve" in r.json()["detail"]
+            r = await api.post("/v1/endpoints/demo/revisions", json={"env": {"V": "2"}})
+            assert (r.json()["revision"], r.json()["status"]) == (2, "DEPLOYING"), r.text
+            await serve(2, 9001)
+            await until(
+                lambda: healthy_on(2), timeout=20, interval=0.2, what="healthy on revision 2"
+            )
+
+            # --wait: the answer comes once revision 1 serves again
+            waiting = asyncio.create_task(
+                stack.cli("endpoints", "rollback", "demo", "--wait", "--timeout", "60", key=alice)
+            )
+            await serve(1, 9002)
+            await until(
+                lambda: healthy_on(1), timeout=20, interval=0.2, what="healthy on revision 1"
+            )
+            assert (await waiting).splitlines()[0] == "endpoint demo: revision 1, HEALTHY"
+            # without it: at once, and DEPLOYING (not the HEALTHY of the revision it leaves)
+            said = await stack.cli("endpoints", "rollback", "demo", "--to", "2", key=alice)
+            assert said.splitlines()[0] == "endpoint demo: revision 2, DEPLOYING", said
+            assert (await _show(api, "demo"))["status"] == "DEPLOYING"
+
+            # a range that scales to zero: show says how long the delays add up to
+            r = await api.post(
+                "/v1/endpoints/demo/scale", json={"min_replicas": 0, "max_replicas": 2}
+            )
+            assert r.status_code == 200, r.text
+            shown = await stack.cli("endpoints", "show", "demo", key=alice)
+            assert (
+                "zero about 330s after the last request (300s idle, then the 30s scale-down delay)"
+                in " ".join(shown.split())
+            ), shown
+    finally:
+        await cluster.close()
+        await redis.aclose()

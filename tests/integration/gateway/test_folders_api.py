@@ -7,17 +7,26 @@ One story per test: the stack is expensive, the assertions are cheap.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import json
 import os
+import stat
 import time
+from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import pytest
 from harness import Stack
 
+from contract.folders import STALE_UPLOAD_S
 from gateway.services.folderfs import FolderFS
-from gateway.services.folders import STALE_UPLOAD_S
+from jobgate.client import Client
+from jobgate.profile import Profile
+from jobgate.transfer import CHUNK, Item, upload
 
 TUS = {"Tus-Resumable": "1.0.0"}
 APPEND = {**TUS, "Content-Type": "application/offset+octet-stream"}
@@ -310,3 +319,70 @@ async def test_files_in_and_out_hostile_paths_shares_quota_and_mounts(stack: Sta
     plain = await stack.submit(alice, command=["true"])
     assert [f["name"] for f in plain["folders"]] == [".local"]
     await stack.wait_status(plain["id"], {"SUCCEEDED"})
+
+
+async def test_an_interrupted_put_resumes_on_the_next_run_and_a_changed_file_starts_over(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    key = await stack.create_user("carol")
+    async with stack.client(key) as c:
+        assert (await c.post("/v1/folders", json={"name": "big"})).status_code == 201
+    api = Client(Profile(url=stack.url, api_key=key), timeout=60)
+    patches: list[int] = []  # the Upload-Offset of every PATCH, as the gateway saw it
+
+    def seen(request: httpx.Request) -> None:
+        if request.method == "PATCH":
+            patches.append(int(request.headers["Upload-Offset"]))
+
+    api.http.event_hooks["request"].append(seen)
+    local = tmp_path / "big.bin"
+    local.write_bytes(os.urandom(3 * CHUNK + 5))
+    item = Item(local, "big.bin", local.stat().st_size)
+
+    def ctrl_c_after(limit: int) -> Callable[[int], None]:
+        counted = 0
+
+        def advance(n: int) -> None:
+            nonlocal counted
+            counted += n
+            if counted > limit:
+                raise KeyboardInterrupt
+
+        return advance
+
+    # Ctrl-C part-way: the gateway keeps what arrived, the CLI remembers where (0600).
+    # Two chunks sent are more than loopback's socket buffers hold, so the gateway was
+    # already appending (and holding the upload's lock) when the client went away.
+    with pytest.raises(KeyboardInterrupt):
+        await asyncio.to_thread(upload, api, "big", item, ctrl_c_after(2 * CHUNK + 1))
+    memos = list((tmp_path / "cache" / "jobgate" / "uploads").glob("*.json"))
+    assert len(memos) == 1
+    assert stat.S_IMODE(memos[0].stat().st_mode) == 0o600
+    location = json.loads(memos[0].read_text())["location"]
+
+    # the same put again: it resumes where the gateway is, never from 0
+    patches.clear()
+    await asyncio.to_thread(upload, api, "big", item, lambda n: None)
+    assert patches[0] > 0
+    assert 0 not in patches
+    async with stack.client(key) as c:
+        assert (await c.get("/v1/folders/big/files/big.bin")).content == local.read_bytes()
+        assert (await c.head(location)).status_code == 404  # finished
+    assert not memos[0].exists()
+
+    # interrupted again, then the file changes: the stale part is ended, the new file sent
+    with pytest.raises(KeyboardInterrupt):
+        await asyncio.to_thread(upload, api, "big", item, ctrl_c_after(CHUNK + 1))
+    stale = json.loads(memos[0].read_text())["location"]
+    local.write_bytes(os.urandom(CHUNK + 7))
+    changed = Item(local, "big.bin", local.stat().st_size)
+    patches.clear()
+    await asyncio.to_thread(upload, api, "big", changed, lambda n: None)
+    assert patches[0] == 0
+    async with stack.client(key) as c:
+        assert (await c.head(stale)).status_code == 404  # tus termination: nothing left
+        assert (await c.get("/v1/folders/big/files/big.bin")).content == local.read_bytes()
+    uploads = stack.settings.effective_folders_root / ".uploads"
+    assert list(uploads.glob("*.part")) == []
+    api.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import redis.asyncio as aioredis
 from harness import Stack
+from waiting import until
+
+from contract.keys import EVENTS_QUEUE
 
 
 async def test_restart_keeps_sessions_and_logs(stack: Stack) -> None:
@@ -25,7 +26,16 @@ async def test_events_sent_while_the_gateway_is_down_are_applied_after(stack: St
     s = await stack.submit(command=["sh", "-c", "sleep 1.5"])
     await stack.wait_status(s["id"], {"RUNNING"})
     await stack.stop_gateway()  # the job ends while no gateway consumes events
-    await asyncio.sleep(3.0)
+    redis = aioredis.Redis.from_url(stack.redis_url)
+    try:  # the worker queues the job's exit for the gateway that is not there
+        before = await redis.zcard(EVENTS_QUEUE)
+
+        async def grew() -> bool:
+            return bool(await redis.zcard(EVENTS_QUEUE) > before)
+
+        await until(grew, timeout=20, what="the job's exit queued")
+    finally:
+        await redis.aclose()
     await stack.start_gateway()
     done = await stack.wait_status(s["id"], {"SUCCEEDED"}, timeout=20)
     assert done["exit_code"] == 0

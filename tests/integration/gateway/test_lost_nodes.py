@@ -1,10 +1,10 @@
 """A node that goes silent with a session placed on it but not yet started.
 
-The worker is killed -9 right after it registered: its heartbeat lives on for its TTL,
-so the scheduler still places a session there, and the start job waits in a queue no
-one reads. The reconciler must settle the session either way, and give the node's
-capacity back. The same dead node also lets these tests speak for its worker, to send
-events the gateway must handle whatever their order.
+The node dies (worker and keeper killed -9) right after it registered: its heartbeat
+lives on for its TTL, so the scheduler still places a session there, and the start job
+waits in a queue no one reads. The reconciler must settle the session either way, and
+give the node's capacity back. The same dead node also lets these tests speak for its
+worker, to send events the gateway must handle whatever their order.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 from harness import Stack
 
-from contract.arq import connect
 from contract.keys import EVENTS_QUEUE
 from contract.messages import EventBatch, KernelEvent
+from plumbing.arq import connect
 
 
 async def _silent_node_with_a_scheduled_session(
@@ -26,7 +26,7 @@ async def _silent_node_with_a_scheduled_session(
     """(With *lost_after* long, the tests speak for the dead worker undisturbed.)"""
     stack.settings.node_lost_after_s = lost_after
     worker = await stack.start_worker_process("n1")
-    await worker.kill9()
+    await worker.kill_node()
     session = await stack.submit(command=["sh", "-c", "echo ran"], resources={"cpu": "1"})
     placed = await stack.wait_status(session["id"], {"SCHEDULED"}, timeout=10)
     assert placed["node"] == "n1"

@@ -10,6 +10,7 @@ import httpx
 from harness import Stack, free_port
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
+from waiting import until
 
 from gateway.metrics import queue_depth_and_lag
 
@@ -34,10 +35,12 @@ def labelled(samples: Samples, name: str) -> list[dict[str, str]]:
 
 async def wait_reason(stack: Stack, session_id: str) -> None:
     """Until a scheduling pass has said why the session waits."""
-    deadline = time.monotonic() + 30
-    while (await stack.get(session_id))["pending_reason"] == "waiting for the scheduler":
-        assert time.monotonic() < deadline, "no pass looked at the session"
-        await asyncio.sleep(0.05)
+
+    async def judged() -> bool:
+        session = await stack.get(session_id)
+        return bool(session["pending_reason"] != "waiting for the scheduler")
+
+    await until(judged, timeout=30, what="a pass looked at the session")
 
 
 async def scrape(url: str) -> tuple[str, Samples]:

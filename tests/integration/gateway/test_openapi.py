@@ -40,6 +40,9 @@ async def test_a_groups_scheduler_is_typed_by_the_plugins_the_gateway_loaded(sta
     config = schemas["SchedulerConfig"]
     assert config["additionalProperties"] is False
     sequencer = config["properties"]["sequencer"]["anyOf"]
-    assert sequencer[0] == {"type": "string", "enum": ["drf", "fifo", "heuristic-fifo", "lifo"]}
+    assert sequencer[0] == {
+        "type": "string",
+        "enum": ["drf", "fair-share", "fifo", "heuristic-fifo", "lifo"],
+    }
     drf = schemas["SchedulerConfig.sequencer.drf"]
     assert drf["properties"]["level"]["enum"] == ["project-user", "user", "project"]

@@ -3,7 +3,7 @@ start times, drain/cordon, priorities, DRF between users, and the admin API."""
 
 from __future__ import annotations
 
-import asyncio
+from datetime import datetime
 from typing import Any
 
 from harness import Stack
@@ -32,10 +32,7 @@ async def test_user_quota_holds_sessions_back_with_a_reason(stack: Stack) -> Non
     for s in first:
         await stack.wait_status(s["id"], {"RUNNING"})
     third = await stack.submit(alice, command=["x"], env=LONG)
-    waiting = await stack.wait_status(third["id"], {"PENDING"})
-    await asyncio.sleep(1.5)
-    waiting = await stack.get(third["id"])
-    assert waiting["status"] == "PENDING"
+    waiting = await stack.wait_pending(third["id"], "quota:")
     assert waiting["pending_reason"] == "quota: user alice already runs 2 of 2 sessions"
     # another user is not held back by alice's quota
     other = await stack.submit(command=["x"], env=LONG)
@@ -86,10 +83,7 @@ async def test_project_quota_counts_every_member(stack: Stack) -> None:
     await stack.wait_status(a["id"], {"RUNNING"})
     await stack.wait_status(b["id"], {"RUNNING"})
     c = await stack.submit(alice, command=["x"], env=LONG, project="vision", resources=CPU1)
-    await asyncio.sleep(1.5)
-    held = await stack.get(c["id"])
-    assert held["status"] == "PENDING"
-    assert held["pending_reason"].startswith("quota: project vision")
+    held = await stack.wait_pending(c["id"], "quota: project vision")
     assert "cpu" in held["pending_reason"]
     # not a member: refused at create
     eve = await stack.create_user("eve")
@@ -118,11 +112,12 @@ async def test_dependencies_wait_then_run_or_are_cancelled(stack: Stack) -> None
 async def test_start_time_holds_a_session_until_then(stack: Stack) -> None:
     await stack.start_worker(worker_runtime="sim")
     later = await stack.submit(command=["x"], starts_at="+3s")
-    await asyncio.sleep(1.2)
-    held = await stack.get(later["id"])
-    assert held["status"] == "PENDING"
-    assert held["pending_reason"].startswith("starts at")
-    await stack.wait_status(later["id"], {"SUCCEEDED"}, timeout=20)
+    await stack.wait_pending(later["id"], "starts at")
+    done = await stack.wait_status(later["id"], {"SUCCEEDED"}, timeout=20)
+    # held until then, not just judged once: it started no sooner than it was told to
+    starts_at = datetime.fromisoformat(done["starts_at"])
+    assert datetime.fromisoformat(done["started_at"]) >= starts_at
+    assert (starts_at - datetime.fromisoformat(done["created_at"])).total_seconds() >= 2.5
 
 
 async def test_drained_node_takes_nothing_new_until_uncordoned(stack: Stack) -> None:
@@ -132,9 +127,7 @@ async def test_drained_node_takes_nothing_new_until_uncordoned(stack: Stack) -> 
     node = await _admin(stack, "POST", "/v1/nodes/n1/drain")
     assert node["admin_state"] == "draining"
     queued = await stack.submit(command=["x"], env=LONG)
-    await asyncio.sleep(1.5)
-    held = await stack.get(queued["id"])
-    assert held["status"] == "PENDING"
+    held = await stack.wait_pending(queued["id"], "no node fits")
     assert "draining" in held["pending_reason"]
     assert (await stack.get(running["id"]))["status"] == "RUNNING"  # untouched
     await _admin(stack, "POST", "/v1/nodes/n1/uncordon")
@@ -150,7 +143,8 @@ async def test_higher_priority_goes_first(stack: Stack) -> None:
     await stack.wait_status(blocker["id"], {"RUNNING"})
     low = await stack.submit(command=["x"], env=LONG, resources=CPU1, priority=10)
     high = await stack.submit(command=["x"], env=LONG, resources=CPU1, priority=90)
-    await asyncio.sleep(1.0)
+    for waiting in (low, high):  # both judged by the scheduler before the blocker goes
+        await stack.wait_pending(waiting["id"], "no node fits")
     await _terminate(stack, blocker["id"])
     await stack.wait_status(high["id"], {"RUNNING"})
     assert (await stack.get(low["id"]))["status"] == "PENDING"
@@ -167,7 +161,8 @@ async def test_drf_serves_the_user_with_the_smaller_dominant_share(stack: Stack)
         await stack.wait_status(s["id"], {"RUNNING"})
     alice_next = await stack.submit(alice, command=["x"], env=LONG, resources=CPU1)
     bob_next = await stack.submit(bob, command=["x"], env=LONG, resources=CPU1)  # later
-    await asyncio.sleep(1.0)
+    for waiting in (alice_next, bob_next):  # both judged by the scheduler first
+        await stack.wait_pending(waiting["id"], "no node fits")
     await _terminate(stack, alices[0]["id"])  # one cpu frees: alice 2/4, bob 1/4
     await stack.wait_status(bob_next["id"], {"RUNNING"})
     assert (await stack.get(alice_next["id"]))["status"] == "PENDING"

@@ -8,12 +8,11 @@ real commit through Podman is tests/e2e/test_session_commit.py).
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import httpx
 from harness import Stack
+from waiting import until
 
 
 async def _commit(api: httpx.AsyncClient, session_id: str, image: str) -> httpx.Response:
@@ -69,11 +68,7 @@ async def test_commit_refusals_and_private_images(stack: Stack) -> None:
             "alice",
             "committing",
         )
-        deadline = time.monotonic() + 30
-        while (await _images(owner))[image["name"]]["state"] == "committing":
-            assert time.monotonic() < deadline, "the commit never came back"
-            await asyncio.sleep(0.1)
-        done = (await _images(owner))[image["name"]]
+        done = await _committed(owner, image["name"])
         assert done["state"] == "failed"
         assert "process runtime" in done["detail"]
         assert "no container image" in done["detail"]
@@ -112,10 +107,7 @@ async def test_owners_delete_their_private_images_and_nobody_may_use_them_after(
         r = await _commit(owner, running["id"], "env:1")
         assert r.status_code == 202, r.text
         image = r.json()["name"]
-        deadline = time.monotonic() + 30
-        while (await _images(owner))[image]["state"] == "committing":
-            assert time.monotonic() < deadline, "the commit never came back"
-            await asyncio.sleep(0.1)
+        await _committed(owner, image)
         # bob: alice's image is not there for him; a public one is not his to remove
         _problem(await other.delete(f"/v1/images/{image}"), 404, "no registered image")
         _problem(await owner.delete("/v1/images/pub:1"), 403, "admins")
@@ -140,3 +132,13 @@ async def test_owners_delete_their_private_images_and_nobody_may_use_them_after(
 
         assert (await admin.delete("/v1/images/pub:1")).status_code == 204
         assert "pub:1" not in await _images(owner)
+
+
+async def _committed(api: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    """The image row once its commit came back (done or failed)."""
+
+    async def back() -> dict[str, Any] | None:
+        row: dict[str, Any] = (await _images(api))[name]
+        return row if row["state"] != "committing" else None
+
+    return await until(back, timeout=30, interval=0.1, what=f"the commit of {name} back")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from harness import Stack
 
@@ -98,12 +97,7 @@ async def test_waits_with_reason_then_runs_when_capacity_frees(stack: Stack) -> 
     first = await stack.submit(command=["sleep", "300"], resources={"cpu": "1"})
     await stack.wait_status(first["id"], {"RUNNING"})
     second = await stack.submit(command=["true"], resources={"cpu": "1"})
-    deadline = time.monotonic() + 20
-    waiting = await stack.get(second["id"])
-    while "cpu" not in waiting["pending_reason"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)  # the scheduler's pass records why it waits
-        waiting = await stack.get(second["id"])
-    assert waiting["status"] == "PENDING"
+    waiting = await stack.wait_pending(second["id"], "no node fits")  # a pass says why
     assert "cpu" in waiting["pending_reason"]
     async with stack.client() as api:  # the capacity frees: the first one is terminated
         await api.delete(f"/v1/sessions/{first['id']}")

@@ -16,10 +16,12 @@ from typing import Any
 
 import httpx
 from harness import Stack
+from sqlalchemy import text
 
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.domain.signatures import signature_header
 from gateway.services.blobs import referenced_digests
+from gateway.services.hooks import prune_deliveries
 
 SAMPLES = Path(__file__).resolve().parents[2] / "hook_samples"
 TRICKY = "$(touch /tmp/jobgate-pwned); echo 'x' `id` > y"
@@ -191,6 +193,19 @@ async def test_triggers_verify_filter_dedupe_and_start_sessions(stack: Stack) ->
         )
         assert bad.status_code == 404  # no such template
         assert bad.json()["field"] == "template"
+        # filters that could never fire: refused the same way webhooks' events are
+        for source, filters, field, said in (
+            ("github", {"events": ["pushh"]}, "events", "did you mean 'push'?"),
+            ("github", {"events": ["PUSH"]}, "events", "lower-case letters"),
+            ("gitlab", {"events": ["merge_request"]}, "events", "calls it 'pull_request'"),
+            ("github", {"branches": ["["]}, "branches", "'[' is in no branch name"),
+        ):
+            body = {"name": "never", "template": "ci", "source": source, **filters}
+            r = await api.post("/v1/triggers", json=body)
+            assert (r.status_code, r.json()["field"]) == (422, field), r.text
+            assert said in r.json()["detail"], r.text
+            assert r.headers["content-type"].startswith("application/problem+json")
+        assert (await api.get("/v1/triggers/never")).status_code == 404
 
     hook = httpx.AsyncClient(base_url=stack.url, timeout=30)  # no API key: the signature is it
     async with hook:
@@ -327,3 +342,37 @@ async def test_triggers_verify_filter_dedupe_and_start_sessions(stack: Stack) ->
     async with httpx.AsyncClient(base_url=stack.url) as hook:
         r = await _post(hook, url, push, _github(gh["secret"], "push", push, "after-rm"))
         assert r.status_code == 404
+
+
+async def test_old_hook_deliveries_are_pruned_after_the_retention(stack: Stack) -> None:
+    """JOBGATE_HOOK_DELIVERY_RETENTION_DAYS: deliveries older than it go, newer stay."""
+    async with stack.client() as api:
+        r = await api.post("/v1/templates", json={"name": "ci", "session": {"command": ["true"]}})
+        assert r.status_code == 201, r.text
+        r = await api.post(
+            "/v1/triggers", json={"name": "gh", "template": "ci", "source": "github"}
+        )
+        trigger = r.json()
+    push = (SAMPLES / "github_push.json").read_bytes()
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as hook:
+        for delivery in ("old-1", "old-2", "new-1"):
+            headers = _github(trigger["secret"], "push", push, delivery)
+            r = await _post(hook, f"/v1/hooks/{trigger['id']}", push, headers)
+            assert r.status_code == 202, r.text
+    engine = create_engine(stack.settings.effective_database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE hook_deliveries SET created_at = created_at - interval '31 days'"
+                    " WHERE delivery_id LIKE 'old-%'"
+                )
+            )
+        factory = create_session_factory(engine)
+        assert await prune_deliveries(factory, days=0) == 0  # 0: kept forever
+        assert await prune_deliveries(factory, days=30, batch=1) == 2  # a row per transaction
+    finally:
+        await engine.dispose()
+    async with stack.client() as api:
+        kept = (await api.get("/v1/triggers/gh/deliveries")).json()
+    assert [d["delivery"] for d in kept] == ["new-1"]

@@ -20,14 +20,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
 from harness import Stack
-from sqlalchemy import text
+from redis.asyncio import Redis
+from sqlalchemy import select, text, update
+from waiting import until
 
+from contract.endpoints import ReplicaHealth
+from contract.keys import endpoint_ready_key
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
-from gateway.webhooks import Deliverer, Refused, resolve
+from gateway.db.models import Session, Webhook, WebhookDelivery, WebhookEvent
+from gateway.loops.deliverer import Deliverer, Refused, resolve
 from jobgate.localnet import free_port
 
 
@@ -67,12 +73,12 @@ class Receiver:
         return web.Response(status=status, headers=extra, text="ok")
 
     async def wait(self, path: str, count: int, timeout: float = 30.0) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(self.got.get(path, [])) >= count:
-                return self.got[path]
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"{path}: {len(self.got.get(path, []))} requests, wanted {count}")
+        return await until(
+            lambda: self.got[path] if len(self.got.get(path, [])) >= count else None,
+            timeout=timeout,
+            interval=0.02,
+            what=lambda: f"{path}: {len(self.got.get(path, []))} requests, wanted {count}",
+        )
 
 
 @pytest.fixture
@@ -90,8 +96,9 @@ async def receiver() -> AsyncIterator[Receiver]:
         await runner.cleanup()
 
 
-@pytest.fixture
-async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+async def _hooks_stack(
+    pg_url: str, redis_url: str, tmp_path: Path, **extra: Any
+) -> AsyncIterator[Stack]:
     s = Stack(pg_url, redis_url, tmp_path)
     s.settings = GatewaySettings(
         **s.settings.model_dump()
@@ -101,6 +108,7 @@ async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncItera
             "webhook_poll_s": 0.05,
             "webhook_timeout_s": 5.0,
         }
+        | extra
     )
     await s.bootstrap()
     await s.start_gateway()
@@ -108,6 +116,19 @@ async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncItera
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    async for s in _hooks_stack(pg_url, redis_url, tmp_path):
+        yield s
+
+
+@pytest.fixture
+async def quiet_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A gateway that delivers nothing itself: the test drives a Deliverer round by round."""
+    async for s in _hooks_stack(pg_url, redis_url, tmp_path, webhook_deliverer=False):
+        yield s
 
 
 async def _cancelled(stack: Stack, **extra: Any) -> dict[str, Any]:
@@ -170,13 +191,7 @@ async def test_deliveries_are_signed_retried_and_honour_the_receiver(
     assert "/never" not in receiver.got
 
     async with stack.client() as api:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            d = (await api.get(f"/v1/webhooks/{made['/flaky']['id']}/deliveries")).json()
-            if d and d[0]["status"] == "succeeded":
-                break
-            await asyncio.sleep(0.05)
-        (delivery,) = d
+        (delivery,) = await _deliveries(api, made["/flaky"]["id"], 1)
         assert [a["status_code"] for a in delivery["log"]] == [500, 503, 204]
         assert delivery["event_id"] == headers["webhook-id"]
         after_503 = datetime.fromisoformat(delivery["log"][2]["at"]) - datetime.fromisoformat(
@@ -199,6 +214,9 @@ async def test_deliveries_are_signed_retried_and_honour_the_receiver(
         assert r.status_code == 200, r.text
         again = await receiver.wait("/ok", 2)
         assert again[1][0]["webhook-id"] == headers["webhook-id"]
+        # the attempts go on counting: two of them, two codes in the log
+        (redone,) = await _deliveries(api, made["/ok"]["id"], 1)
+        assert (redone["attempts"], [a["status_code"] for a in redone["log"]]) == (2, [200, 200])
 
         # rotation: both signatures for a while, each verifies with its own secret
         rotated = (await api.post(f"/v1/webhooks/{made['/ok']['id']}/rotate")).json()
@@ -317,12 +335,7 @@ async def test_finished_deliveries_and_then_their_events_go_after_the_retention(
     sessions = [await _cancelled(stack) for _ in range(3)]
     await receiver.wait("/kept", 3)
     async with stack.client() as api:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            listed = (await api.get(f"/v1/webhooks/{hook}/deliveries")).json()
-            if len(listed) == 3 and all(d["status"] == "succeeded" for d in listed):
-                break
-            await asyncio.sleep(0.05)
+        listed = await _deliveries(api, hook, 3)
     by_session = {
         json.loads(b)["data"]["session_id"]: h["webhook-id"] for h, b in receiver.got["/kept"]
     }
@@ -374,3 +387,200 @@ async def test_finished_deliveries_and_then_their_events_go_after_the_retention(
         (old_pending, "pending"),
         (recent, "succeeded"),
     }
+
+
+POISON = ("http://a\x91b.example/hook", "http://\U0010e02b/hook")
+
+
+async def test_a_host_no_name_can_have_is_refused_and_one_bad_delivery_fails_alone(
+    quiet_stack: Stack, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = quiet_stack
+    async with stack.client() as api:
+        for url in POISON:  # no IDNA encoding: no lookup could ever find it
+            r = await api.post("/v1/webhooks", json={"url": url, "events": ["session.cancelled"]})
+            assert (r.status_code, r.json()["field"]) == (422, "url"), r.text
+            assert "is not a valid host name" in r.json()["detail"]
+        r = await api.post(
+            "/v1/webhooks", json={"url": receiver.base + "/ok", "events": ["session.cancelled"]}
+        )
+        assert r.status_code == 201, r.text
+        good = r.json()
+        assert [w["url"] for w in (await api.get("/v1/webhooks")).json()] == [good["url"]]
+    engine = create_engine(stack.settings.effective_database_url)
+    db = create_session_factory(engine)
+    deliverer = Deliverer(db, stack.settings)
+    try:
+        # hooks an older gateway took: rows written as they were, the check bypassed; and
+        # one whose attempt breaks in a way nobody foresaw
+        async with db() as s, s.begin():
+            owner = (await s.get(Webhook, good["id"])).owner_id  # type: ignore[union-attr]
+            for url in (*POISON, "http://boom.example/hook"):
+                events = {"items": ["session.cancelled"]}
+                s.add(Webhook(owner_id=owner, url=url, events=events, secret=good["secret"]))
+        attempt = deliverer._attempt
+
+        async def breaks_on_boom(job: Any) -> Any:
+            if "boom" in job.url:
+                raise RuntimeError("a bug in one attempt")
+            return await attempt(job)
+
+        monkeypatch.setattr(deliverer, "_attempt", breaks_on_boom)
+        await _cancelled(stack)
+        assert await deliverer.fan_out() == 1
+        assert await deliverer.send_due() == 4  # the round ends; none of them raised out
+        await receiver.wait("/ok", 1)
+        async with db() as s:
+            rows = {d.url: d for d in (await s.execute(select(WebhookDelivery))).scalars()}
+        assert (rows[good["url"]].status, rows[good["url"]].attempts) == ("succeeded", 1)
+        for url, why in (
+            (POISON[0], "is not a valid host name"),
+            (POISON[1], "is not a valid host name"),
+            ("http://boom.example/hook", "RuntimeError: a bug in one attempt"),
+        ):
+            row = rows[url]
+            # failed on its own: one attempt counted, why kept, the next one scheduled
+            assert (row.status, row.attempts, row.locked_until) == ("pending", 1, None), url
+            assert why in row.last_error, (url, row.last_error)
+            assert row.next_attempt_at > row.created_at
+    finally:
+        await deliverer.close()
+        await engine.dispose()
+
+
+async def test_a_scale_up_is_no_outage_but_losing_a_serving_replica_is(
+    hooks_stack: Stack, receiver: Receiver
+) -> None:
+    """endpoint.degraded goes out when fewer replicas serve than did, never while the
+    replicas a scale-up asked for are still starting. Replicas "run" by having their rows
+    moved as a worker's events would, and are "probed" by writing what a proxy writes."""
+    stack = hooks_stack
+    stack.start_scheduler()  # the endpoint controller
+    engine = create_engine(stack.settings.effective_database_url)
+    db = create_session_factory(engine)
+    redis = Redis.from_url(stack.redis_url)
+    try:
+        async with stack.client() as api:
+            r = await api.post(
+                "/v1/webhooks", json={"url": receiver.base + "/ep", "events": ["endpoint.degraded"]}
+            )
+            assert r.status_code == 201, r.text
+            body = {"name": "web2", "port": 8000, "command": ["serve"], "resources": {"cpu": "0.1"}}
+            r = await api.post("/v1/endpoints", json=body)
+            assert r.status_code == 201, r.text
+            eid = r.json()["id"]
+
+            async def show() -> dict[str, Any]:
+                got: dict[str, Any] = (await api.get("/v1/endpoints/web2")).json()
+                return got
+
+            async def serve(count: int) -> list[str]:
+                """The first *count* replicas run and answer their probe; their ids."""
+                e = await until(
+                    lambda: _with(show, lambda e: len(e["replicas"]) >= count),
+                    timeout=30,
+                    interval=0.1,
+                    what=f"{count} replicas",
+                )
+                ids = [x["session_id"] for x in sorted(e["replicas"], key=lambda x: x["index"])]
+                for sid in ids[:count]:
+                    async with db() as s, s.begin():
+                        await s.execute(
+                            update(Session)
+                            .where(Session.id == sid)
+                            .values(status="RUNNING", status_reason="running", pending_reason="")
+                        )
+                    health = ReplicaHealth(ready=True, at=time.time(), reason="", proxy_id="t")
+                    await redis.hset(endpoint_ready_key(eid), sid, health.model_dump_json())  # type: ignore[misc]
+                return ids
+
+            def healthy(ready: int) -> Any:  # as the controller saw it (a tick, not a read)
+                return lambda e: (
+                    e["status_reason"] == f"{ready}/{e['desired_replicas']} replicas ready"
+                )
+
+            await serve(1)
+            await until(
+                lambda: _with(show, healthy(1)),
+                timeout=30,
+                interval=0.1,
+                what="healthy with 1 replica",
+            )
+            assert (await show())["status"] == "HEALTHY"
+
+            # scale 1 -> 3: two replicas start (nothing places them yet), one serves
+            r = await api.post("/v1/endpoints/web2/scale", json={"replicas": 3})
+            assert r.status_code == 200, r.text
+            e = await until(
+                lambda: _with(show, lambda e: len(e["replicas"]) == 3),
+                timeout=30,
+                interval=0.1,
+                what="3 replicas",
+            )
+            e = await until(
+                lambda: _with(show, lambda e: "scaling up" in e["status_reason"]),
+                timeout=30,
+                interval=0.1,
+                what="the reason says scaling up",
+            )
+            assert e["status"] == "HEALTHY", e["status_reason"]
+            assert "1/3 replicas ready" in e["status_reason"]
+            ids = await serve(3)
+            await until(
+                lambda: _with(show, healthy(3)),
+                timeout=30,
+                interval=0.1,
+                what="healthy with 3 replicas",
+            )
+            assert (await show())["status"] == "HEALTHY"
+
+            # a serving replica dies: fewer serve than did, DEGRADED while it is replaced
+            async with db() as s, s.begin():
+                await s.execute(
+                    update(Session)
+                    .where(Session.id == ids[1])
+                    .values(status="FAILED", status_reason="exited with 137")
+                )
+            e = await until(
+                lambda: _with(show, lambda e: e["status"] == "DEGRADED"),
+                timeout=30,
+                interval=0.1,
+                what="DEGRADED",
+            )
+            assert "2/3 replicas ready (3 served)" in e["status_reason"], e["status_reason"]
+            statuses = [ev["message"] for ev in e["events"] if ev["kind"] == "status"]
+            assert not any("DEGRADED" in m for m in statuses[1:]), statuses  # only the loss
+
+        # the receiver hears of the loss, and of nothing before it (events go in order)
+        (got,) = await receiver.wait("/ep", 1)
+        payload = json.loads(got[1])
+        assert (payload["type"], payload["data"]["endpoint"]) == ("endpoint.degraded", "web2")
+        assert payload["data"]["status"] == "DEGRADED"
+        assert payload["data"]["was"] == "HEALTHY"
+        assert "(3 served)" in payload["data"]["reason"]
+        async with db() as s:
+            told = (
+                await s.execute(
+                    select(WebhookEvent).where(WebhookEvent.type == "endpoint.degraded")
+                )
+            ).scalars()
+            assert [w.data["reason"] for w in told] == [payload["data"]["reason"]]
+    finally:
+        await redis.aclose()
+        await engine.dispose()
+
+
+async def _with(get: Any, ok: Any) -> Any:
+    value = await get()
+    return value if ok(value) else None
+
+
+async def _deliveries(api: httpx.AsyncClient, hook: str, count: int) -> list[dict[str, Any]]:
+    """The hook's deliveries once there are *count* and every one succeeded."""
+
+    async def done() -> list[dict[str, Any]] | None:
+        listed: list[dict[str, Any]] = (await api.get(f"/v1/webhooks/{hook}/deliveries")).json()
+        ok = len(listed) == count and all(d["status"] == "succeeded" for d in listed)
+        return listed if ok else None
+
+    return await until(done, timeout=20, what=f"{count} deliveries of {hook} succeeded")

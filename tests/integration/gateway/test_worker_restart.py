@@ -26,8 +26,9 @@ async def test_job_that_ended_while_the_worker_was_down_is_reported(stack: Stack
     worker = await stack.start_worker_process()
     s = await stack.submit(command=["sh", "-c", "echo before; sleep 1; echo after"])
     await stack.wait_output(s["id"], "before")
+    running = await stack.get(s["id"])
     await worker.kill9()
-    await asyncio.sleep(2.0)  # it finishes with nobody watching
+    await stack.kernel_ended(running)  # it finishes with nobody watching
     await stack.start_worker_process()
     done = await stack.wait_status(s["id"], {"SUCCEEDED"}, timeout=30)
     assert done["exit_code"] == 0

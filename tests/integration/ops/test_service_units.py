@@ -67,8 +67,8 @@ def test_units_verify_and_share_one_env_file(mode: str, tmp_path: Path) -> None:
         for line in env_file.read_text().splitlines()
         if "=" in line and not line.startswith("#")
     )
-    assert len(settings["JOBGATE_NODE_TOKEN"]) >= 32
-    assert settings["JOBGATE_NODE_TOKEN"] != settings["JOBGATE_PROXY_SECRET"]
+    assert len(settings["JOBGATE_JOIN_TOKEN"]) >= 32
+    assert settings["JOBGATE_JOIN_TOKEN"] != settings["JOBGATE_PROXY_SECRET"]
     before = env_file.read_text()
     again = install("gateway", *flags)
     assert again.returncode == 0, again.stderr

@@ -388,7 +388,12 @@ async def test_stop_ends_a_cooperative_container_with_sigterm(make_runtime: Fact
     ("image", "reason"),
     [
         pytest.param("localhost/jobgate-no-such-image:1", "never pulled", id="local"),
-        pytest.param("registry.invalid/jobgate/none:1", "registry.invalid", id="no-registry"),
+        pytest.param(
+            "registry.invalid/jobgate/none:1",
+            r"^registry unreachable: registry\.invalid "
+            r"\(pulling registry\.invalid/jobgate/none:1\)",
+            id="no-registry",  # the name does not resolve: said as such, not "not found"
+        ),
     ],
 )
 async def test_missing_image_is_final(make_runtime: Factory, image: str, reason: str) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 import tomli_w
 from harness import Stack, free_port
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import until
 
 GiB = 1024**3
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -33,16 +32,16 @@ async def scrape_until(
     url: str, ready: Callable[[Samples], bool], timeout: float = 30.0
 ) -> Samples:
     """Scrape until *ready* holds (counters follow events by a few milliseconds)."""
-    deadline = time.monotonic() + timeout
     async with httpx.AsyncClient() as http:
-        while True:
+
+        async def samples() -> Samples | None:
             r = await http.get(url)
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/plain")
             got = parse(r.text)
-            if ready(got) or time.monotonic() > deadline:
-                return got
-            await asyncio.sleep(0.1)
+            return got if ready(got) else None
+
+        return await until(samples, timeout=timeout, interval=0.1, what=f"{url} ready")
 
 
 async def test_worker_metrics_follow_devices_kernels_and_shipping(

@@ -94,6 +94,8 @@ async def test_only_ready_serving_replicas_take_traffic() -> None:
 
 async def test_limit_queue_fifo_and_overload() -> None:
     b, (r0,), wakes = balancer("serving", concurrency=2, queue_limit=2)
+    emptied: list[int] = []
+    b._emptied = lambda: emptied.append(b.load.queued)  # what the load reporter is told
     first = [await b.acquire(1.0), await b.acquire(1.0)]
     assert first == [r0, r0]
     waiting = [asyncio.create_task(b.acquire(5.0)) for _ in range(2)]
@@ -106,9 +108,11 @@ async def test_limit_queue_fifo_and_overload() -> None:
     b.release(r0)
     assert await waiting[0] is r0
     assert not waiting[1].done()
+    assert emptied == []  # one still waits
     b.release(r0)
     assert await waiting[1] is r0
     assert (b.load.in_flight, b.load.queued, r0.in_flight) == (2, 0, 2)
+    assert emptied == [0]  # told once, when the last one left the queue
     assert wakes == []  # a busy endpoint is not a sleeping one
 
 

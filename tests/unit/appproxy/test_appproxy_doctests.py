@@ -12,7 +12,7 @@ MODULES = [
     "appproxy.frontend.addressing",
     "appproxy.frontend.cookies",
     "appproxy.backend.headers",
-    "appproxy.backend.client",
+    "appproxy.backend.http1",
     "appproxy.backend.tunnel",
     "appproxy.backend.timers",
 ]

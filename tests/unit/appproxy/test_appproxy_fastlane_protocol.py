@@ -17,10 +17,11 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from appproxy.asgi import Receive, Scope, Send
+from appproxy.backend.http1 import Http1Connection
 from appproxy.fastlane.exchange import FastExchange
 from appproxy.fastlane.lane import FastLane
 from appproxy.fastlane.protocol import FastLaneProtocol
-from appproxy.fastlane.upstream import UpstreamConnection, UpstreamPool
+from appproxy.fastlane.upstream import UpstreamPool
 from appproxy.frontend.incoming import TrustedNetworks
 from appproxy.inference.balancer import Replica
 from appproxy.inference.store import Endpoint, EndpointStore
@@ -91,14 +92,14 @@ class Rig:
         self.client = Transport()
         self.protocol.connection_made(self.client)  # type: ignore[arg-type]
         self.state.connections.add(self.protocol)
-        self.upstreams: list[tuple[UpstreamConnection, Transport]] = []
+        self.upstreams: list[tuple[Http1Connection, Transport]] = []
         for replica in endpoint.balancer.replicas.values():
-            conn, transport = UpstreamConnection(), Transport()
+            conn, transport = Http1Connection(), Transport()
             conn.connection_made(transport)  # type: ignore[arg-type]
             lane.pool.put_back(replica.upstream or "", conn)
             self.upstreams.append((conn, transport))
 
-    def asked(self) -> tuple[UpstreamConnection, bytes]:
+    def asked(self) -> tuple[Http1Connection, bytes]:
         """The upstream connection that was sent a request, and the request."""
         for conn, transport in self.upstreams:
             if transport.written:
@@ -382,7 +383,7 @@ async def test_a_bug_before_the_slot_leaves_the_request_to_the_asgi_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     r = await rig()
-    monkeypatch.setattr("appproxy.fastlane.lane.admitted_at_once", _raise)
+    monkeypatch.setattr("appproxy.fastlane.head.admitted_at_once", _raise)
     r.protocol.data_received(FAST)
     for _ in range(10):
         await asyncio.sleep(0)
@@ -412,14 +413,14 @@ async def test_a_replica_slow_to_read_the_held_body_keeps_the_client_paused(
     for conn, _ in r.upstreams:
         conn.close()  # no pooled connection: the body is held while connecting
     connected = asyncio.Event()
-    conn = UpstreamConnection()
+    conn = Http1Connection()
 
     class Full(Transport):
         def write(self, data: bytes) -> None:
             super().write(data)
             conn.pause_writing()  # as asyncio does when its buffer passes the high-water mark
 
-    async def open_slowly(origin: str) -> UpstreamConnection:
+    async def open_slowly(origin: str) -> Http1Connection:
         await connected.wait()
         conn.connection_made(Full())  # type: ignore[arg-type]
         return conn
@@ -440,7 +441,7 @@ async def test_a_replica_slow_to_read_the_held_body_keeps_the_client_paused(
 
 async def test_idle_replica_connections_are_closed_after_the_idle_timeout() -> None:
     pool = UpstreamPool(connect_timeout=1.0, idle_timeout=0.05)
-    conn, transport = UpstreamConnection(), Transport()
+    conn, transport = Http1Connection(), Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     pool.put_back("http://127.0.0.1:9", conn)  # its replica may never be asked again
     for _ in range(100):  # bounded

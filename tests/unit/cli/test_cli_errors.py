@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 from cli_tree import Leaf, leaves, run_cli
 
+from jobgate.client import ApiError, Client
 from jobgate.localnet import free_port
 
 LEAVES = leaves()
 #: client commands whose argument is a local file they read before calling the API
 READS_A_FILE_FIRST = {"admin config import"}
+#: client commands that with only their arguments have nothing to ask (a usage error)
+NEED_AN_OPTION = {"endpoints scale"}
 IDS = [leaf.name for leaf in LEAVES]
 
 
@@ -72,6 +75,9 @@ def test_no_server_is_one_line_naming_the_url(
     leaf: Leaf, no_server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = run_cli(capsys, *leaf.required("x"))
+    if leaf.name in NEED_AN_OPTION:  # test_scale_with_nothing_to_change_lists_the_options
+        assert result.code == 2, result
+        return
     assert result.code == 1, result
     line = result.one_line_error()
     if leaf.name in READS_A_FILE_FIRST:  # the missing file is the first thing wrong
@@ -133,4 +139,69 @@ def test_endpoint_from_an_mlflow_model_is_refused_before_any_call(
     result = run_cli(capsys, "endpoints", "create", "iris", *args)
     assert result.code == 2
     assert result.err.startswith(f"error: {says}"), result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+
+TAKES_RESOURCES = [x for x in LEAVES if any("--resource" in p.opts for p in x.params())]
+
+
+@pytest.mark.parametrize("leaf", TAKES_RESOURCES, ids=lambda x: x.name)
+@pytest.mark.parametrize("option", ["--gpu", "--gpus", "--gpu=1"])
+def test_a_gpu_option_is_answered_with_the_resource_slots_to_use(
+    leaf: Leaf, option: str, no_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_cli(capsys, *leaf.required("x"), option, "1")
+    assert result.code == 2
+    line = result.one_line_error()
+    assert "-r cuda.shares=" in line
+    assert "-r cuda.device=" in line
+    assert f"jobgate {leaf.name} --help" in line
+
+
+def test_the_gpu_hint_is_for_commands_with_resources_only() -> None:
+    assert "run" in {x.name for x in TAKES_RESOURCES}
+
+
+@pytest.mark.parametrize(
+    ("detail", "field", "line"),
+    [
+        pytest.param(
+            "autoscale.min_replicas: Input should be less than or equal to 100",
+            "autoscale.min_replicas",
+            "error: autoscale.min_replicas: Input should be less than or equal to 100",
+            id="validation-names-it-once",
+        ),
+        pytest.param(
+            "no resource group 'gpu'",
+            "resource_group",
+            "error: no resource group 'gpu' (resource_group)",
+            id="domain-error-gets-the-field",
+        ),
+    ],
+)
+def test_an_api_problem_names_its_field_once(
+    detail: str,
+    field: str,
+    line: str,
+    no_server: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ApiError(422, "Invalid request", detail, field)
+
+    monkeypatch.setattr(Client, "request", refuse)
+    result = run_cli(capsys, "sessions", "ls")
+    assert result.code == 1
+    assert result.one_line_error() == line
+
+
+def test_scale_with_nothing_to_change_lists_the_options(
+    no_server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_cli(capsys, "endpoints", "scale", "web")
+    assert result.code == 2
+    assert result.err.startswith("error: nothing to change"), result.err
+    for option in ("--replicas", "--min", "--max", "--target-concurrency", "--target-rps"):
+        assert option in result.err, option
     assert len(result.err.strip().splitlines()) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 import typer
 
@@ -137,3 +139,15 @@ def test_a_name_is_one_path_segment_whatever_it_holds() -> None:
     assert segment("a/tokens") == "a%2Ftokens"
     assert segment("x?y#z") == "x%3Fy%23z"
     assert segment(".local") == ".local"
+
+
+def test_a_plain_http_profile_skips_the_trust_store_but_would_refuse_any_tls_peer() -> None:
+    from jobgate.client import tls_for
+
+    assert tls_for("https://gw.example:8420") is True  # the system's store, as httpx loads it
+    plain = tls_for("http://127.0.0.1:8420")
+    assert isinstance(plain, ssl.SSLContext)
+    # verification stays required and nobody is trusted: fail closed, never open
+    assert plain.verify_mode == ssl.CERT_REQUIRED
+    assert plain.check_hostname
+    assert plain.cert_store_stats()["x509_ca"] == 0

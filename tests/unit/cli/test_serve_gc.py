@@ -23,7 +23,7 @@ def test_tune_gc_freezes_what_start_up_made_and_collects_the_young_rarely() -> N
 def test_the_scheduler_process_tunes_the_collector_before_its_passes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import gateway.scheduler.runner as runner
+    import gateway.loops.scheduler_process as runner
     from jobgate import logs
     from jobgate.commands import serve
 

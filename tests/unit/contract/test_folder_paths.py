@@ -6,7 +6,8 @@ import pytest
 import typer
 
 from contract.folders import UnsafePath, perm_allows, split_path
-from gateway.api.routes.folders import Unsatisfiable, _range
+from gateway.api.tus import Unsatisfiable
+from gateway.api.tus import byte_range as _range
 from jobgate.commands.run import folder_mount
 
 HOSTILE = {

@@ -125,3 +125,13 @@ class Rows:
                 .order_by(StatusHistory.id)
             )
             return [row.to_status for row in rows]
+
+    async def history_entries(self, session_id: str = "s1") -> list[tuple[str, str, str]]:
+        """(from, to, reason) of each history entry, in order."""
+        async with self.db() as db:
+            rows = await db.execute(
+                StatusHistory.__table__.select()
+                .where(StatusHistory.session_id == session_id)
+                .order_by(StatusHistory.id)
+            )
+            return [(row.from_status, row.to_status, row.reason) for row in rows]

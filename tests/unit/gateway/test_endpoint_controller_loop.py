@@ -7,7 +7,7 @@ import asyncio
 from typing import Any, cast
 
 from gateway.config import GatewaySettings
-from gateway.endpoints.controller import EndpointController
+from gateway.loops.endpoint_controller import EndpointController
 
 
 class _Leading:

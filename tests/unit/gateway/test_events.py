@@ -19,7 +19,7 @@ from contract.messages import EventBatch, KernelEvent, KernelReport, NodeInfo, W
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Endpoint, Kernel, Node, Session
 from gateway.domain.status import KernelStatus, SessionStatus
-from gateway.events import EventHandler
+from gateway.loops.events import EventHandler
 from plugins.resources import ResourceSlots
 
 S = SessionStatus
@@ -329,12 +329,18 @@ async def test_an_interactive_session_gets_its_route_and_loses_it(
     await rows.node("n1", kernels=1)
     await rows.session(S.PREPARING, [(K.PREPARING, "n1")], type="interactive")
     handler = EventHandler(db, NO_REDIS)
-    jupyter = WireApp(name="jupyter", port=8888)
-    running = await handler.commit(
-        EventBatch(events=[ev("running", 2, ports={"jupyter": 40001}, apps=[jupyter])])
-    )
+    apps = [WireApp(name="jupyter", port=8888), WireApp(name="board", port=6006)]
+    ports = {"jupyter": 40001, "board": 40002}
+    running = await handler.commit(EventBatch(events=[ev("running", 2, ports=ports, apps=apps)]))
     (route,) = running.routes
     assert (route.session_id, route.apps["jupyter"].upstream) == ("s1", "http://127.0.0.1:40001")
+    # the proxy presents the app secret as each app checks it (the secret is not in Redis)
+    assert [(n, a.credential) for n, a in route.apps.items()] == [
+        ("jupyter", "token"),
+        ("board", "header"),
+    ]
+    assert "credential" in route.to_json()
+    assert "secret" not in route.to_json()
     ended = await handler.commit(EventBatch(events=[ev("exited", 3, exit_code=0)]))
     assert ended.ended_routes == [("s1", "u1")]
     assert ended.routes == []
@@ -474,20 +480,40 @@ async def test_an_end_the_registration_carries_wins_whatever_its_clock_says(
     assert (await rows.one(Kernel, "s1-k0")).status == K.EXITED
 
 
+LATE_END = "attempt 1 on n1 ended 0 after the node returned"
 FENCED = [
-    pytest.param([ev("exited", 5, exit_code=0, attempt=1)], [], id="late-exit-of-attempt-1"),
-    pytest.param([ev("lost", 5, attempt=1)], [], id="late-lost-of-attempt-1"),
-    pytest.param([ev("running", 5, attempt=1)], [("n1", 1)], id="attempt-1-still-runs"),
-    pytest.param([ev("preparing", 5, attempt=1)], [("n1", 1)], id="attempt-1-late-start"),
+    pytest.param(
+        [ev("exited", 5, exit_code=0, attempt=1)], [], [LATE_END], id="late-exit-of-attempt-1"
+    ),
+    pytest.param(
+        [ev("exited", 5, exit_code=0, attempt=1), ev("exited", 5, exit_code=0, attempt=1)],
+        [],
+        [LATE_END],
+        id="late-exit-twice-noted-once",
+    ),
+    pytest.param(
+        [ev("exited", 5, exit_code=143, requested_stop=True, attempt=1)],
+        [],
+        ["attempt 1 on n1 ended 143 (stopped) after the node returned"],
+        id="stopped-attempt-1-ends",
+    ),
+    pytest.param([ev("lost", 5, attempt=1)], [], [], id="late-lost-of-attempt-1"),
+    pytest.param([ev("running", 5, attempt=1)], [("n1", 1)], [], id="attempt-1-still-runs"),
+    pytest.param([ev("preparing", 5, attempt=1)], [("n1", 1)], [], id="attempt-1-late-start"),
 ]
 
 
-@pytest.mark.parametrize(("events", "stops"), FENCED)
-async def test_events_of_a_superseded_attempt_are_ignored(
-    db: SessionFactory, rows: Rows, events: list[KernelEvent], stops: list[tuple[str, int]]
+@pytest.mark.parametrize(("events", "stops", "notes"), FENCED)
+async def test_events_of_a_superseded_attempt_are_fenced_off(
+    db: SessionFactory,
+    rows: Rows,
+    events: list[KernelEvent],
+    stops: list[tuple[str, int]],
+    notes: list[str],
 ) -> None:
     """Attempt 2 runs on n2 after n1 was lost: n1's late events for attempt 1 change
-    nothing, and an attempt 1 that still runs there is stopped (that attempt only)."""
+    nothing, an attempt 1 that still runs there is stopped (that attempt only), and the
+    end of attempt 1 is noted in the history, once, without moving the session."""
     await rows.node("n1")
     await rows.node("n2", kernels=1)
     await rows.session(S.RUNNING, [(K.RUNNING, "n2")])
@@ -496,9 +522,10 @@ async def test_events_of_a_superseded_attempt_are_ignored(
         assert kernel is not None
         kernel.attempt = 2
     outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(events=events))
+    await EventHandler(db, NO_REDIS).commit(EventBatch(events=events))  # a repeat: the same
     session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
     assert (session.status, kernel.status, kernel.node_id) == (S.RUNNING, K.RUNNING, "n2")
-    assert await rows.history() == []
+    assert await rows.history_entries() == [("RUNNING", "RUNNING", note) for note in notes]
     assert await rows.cpus_taken("n2") == "1"
     assert [(job.node_id, job.attempt) for _, job in outbox.stops] == stops
     assert [q for q, _ in outbox.stops] == [f"jobgate:node:{n}" for n, _ in stops]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from gateway_rows import NO_REDIS, Rows, ago
@@ -19,8 +19,8 @@ from gateway.db.engine import SessionFactory
 from gateway.db.models import Kernel, Node, ResourceGroup, Session
 from gateway.domain.retry import backoff_s
 from gateway.domain.status import KernelStatus, SessionStatus
+from gateway.loops.reconciler import Reconciler, lost_nodes
 from gateway.outbox import Outbox
-from gateway.reconciler import Reconciler
 
 S = SessionStatus
 K = KernelStatus
@@ -421,3 +421,23 @@ async def test_idle_interactive_sessions_end(
         assert (await rows.one(Kernel, "s1-k0")).status == K.STOPPING
     else:
         assert outbox.stops == []
+
+
+@pytest.mark.parametrize(
+    ("silent_s", "kept", "lost"),
+    [
+        pytest.param(30, False, True, id="worker-and-keeper-gone-lost"),
+        pytest.param(30, True, False, id="worker-restarting-disconnected"),
+        pytest.param(400, True, True, id="disconnected-past-max-lost"),
+        pytest.param(10, False, False, id="within-grace"),
+    ],
+)
+def test_a_node_is_lost_only_when_its_machine_is_gone_or_silent_too_long(
+    silent_s: float, kept: bool, lost: bool
+) -> None:
+    """The keeper's key tells a worker restart (its kernels run on) from a dead node."""
+    now = datetime.now(UTC)
+    node = Node(id="n1", last_seen_at=now - timedelta(seconds=silent_s))
+    settings = SETTINGS.model_copy(update={"node_max_disconnect_s": 300})
+    found = lost_nodes({"n1": node}, set(), {"n1"} if kept else set(), now, settings)
+    assert found == ({"n1"} if lost else set())

@@ -39,7 +39,10 @@ def test_every_name_has_the_prefix_and_its_process_part() -> None:
     names = exported()
     assert len(names) >= 20
     for name, process in names.items():
-        part = "consumer" if name.startswith("jobgate_consumer_") else process
+        # the event consumer's, and the usage counter (gateway and scheduler both close
+        # usage records), are named for what they count
+        shared = ("consumer", "usage")
+        part = next((p for p in shared if name.startswith(f"jobgate_{p}_")), process)
         assert name.startswith(f"jobgate_{part}_"), name
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,9 @@ import pytest
 
 from plugins.accelerators.base import Reservation
 from plugins.common import Mount
+from plugins.resources import ResourceSlots
 from plugins.runtimes.base import InvalidSpec, KernelSpec, ServicePort
-from plugins.runtimes.podman.cgroups import Limits
+from plugins.runtimes.podman.cgroups import CPU_PERIOD_US, Limits, compute_limits
 from plugins.runtimes.podman.settings import PodmanSettings
 from plugins.runtimes.podman.spec import (
     container_name,
@@ -18,6 +20,7 @@ from plugins.runtimes.podman.spec import (
     format_ports_label,
     parse_ports_label,
 )
+from plugins.scheduling.config import MIN_CPU, MIN_MEM
 
 
 def settings(**overrides: Any) -> PodmanSettings:
@@ -316,3 +319,27 @@ def test_without_a_working_tree_home_work_is_an_empty_bind_mount_not_the_image(
     ]
     tree = create_body(spec(working_dir=tmp_path), settings(), native=None, mem_label=None)
     assert str(home) not in str(tree["mounts"])
+
+
+@pytest.mark.parametrize(
+    ("cpu", "mem"),
+    [
+        pytest.param(MIN_CPU, MIN_MEM, id="the-gateway-floors"),
+        pytest.param(Decimal("0.5"), 512 << 20, id="the-gateway-defaults"),
+        pytest.param(Decimal("3.25"), 40 << 30, id="large"),
+    ],
+)
+def test_every_container_the_gateway_accepts_gets_limits_equal_to_its_reservation(
+    cpu: Decimal, mem: int
+) -> None:
+    """What a group's minimums let through (min_cpu, min_mem: the least a session may
+    ask for) is a container whose cpu quota and memory limit are what it reserved:
+    never unlimited, never refused at start."""
+    reserved = ResourceSlots({"cpu": cpu, "mem": Decimal(mem)})
+    limits = compute_limits(reserved, None, None)
+    body = create_body(spec(resources=reserved), settings(), native=limits, mem_label=mem)
+    assert body["resource_limits"]["memory"] == {"limit": mem, "swap": mem}
+    assert body["resource_limits"]["cpu"] == {
+        "quota": int(cpu * CPU_PERIOD_US),
+        "period": CPU_PERIOD_US,
+    }

@@ -9,8 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plugins.runtimes.base import LogChunk
-from plugins.runtimes.podman.wire import FrameDecoder, LogCursor, PullProgress, coalesce
+from plugins.runtimes.base import ImageNotFound, LogChunk
+from plugins.runtimes.podman.wire import (
+    FrameDecoder,
+    LogCursor,
+    PullProgress,
+    coalesce,
+    pull_failure,
+)
 
 KINDS = {"stdout": 1, "stderr": 2}
 
@@ -159,3 +165,50 @@ def test_pull_progress_reports_each_new_tenth_and_finished_layers() -> None:
 )
 def test_pull_errors(event: dict[str, Any], error: str | None) -> None:
     assert PullProgress.error(event) == error
+
+
+@pytest.mark.parametrize(
+    ("image", "detail", "message"),
+    [
+        pytest.param(
+            "alpine:3.20",
+            "initializing source docker://alpine:3.20: pinging container registry "
+            'registry-1.docker.io: Get "https://registry-1.docker.io/v2/": dial tcp: '
+            "lookup registry-1.docker.io: no such host",
+            "registry unreachable: docker.io (pulling alpine:3.20)",
+            id="no-network-dns",
+        ),
+        pytest.param(
+            "ghcr.io/acme/app:1",
+            'pinging container registry ghcr.io: Get "https://ghcr.io/v2/": dial tcp '
+            "140.82.121.34:443: connect: network is unreachable",
+            "registry unreachable: ghcr.io (pulling ghcr.io/acme/app:1)",
+            id="no-route",
+        ),
+        pytest.param(
+            "localhost:5000/app:1",
+            'Get "https://localhost:5000/v2/": dial tcp [::1]:5000: connect: connection refused',
+            "registry unreachable: localhost:5000 (pulling localhost:5000/app:1)",
+            id="refused",
+        ),
+        pytest.param(
+            "reg.example/app:1",
+            "reading manifest 1 in reg.example/app: manifest unknown",
+            "image not found: reg.example/app:1",
+            id="reachable-but-missing",
+        ),
+        pytest.param(
+            "reg.example/app:1",
+            "requested access to the resource is denied",
+            "image not found: reg.example/app:1",
+            id="denied",
+        ),
+    ],
+)
+def test_a_pull_failure_says_whether_the_registry_could_be_reached(
+    image: str, detail: str, message: str
+) -> None:
+    failure = pull_failure(image, detail)
+    assert isinstance(failure, ImageNotFound)  # final either way: never retried
+    assert str(failure).startswith(message)
+    assert detail in str(failure)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 from plugins.common import Mount
 from plugins.runtimes.base import (
@@ -16,6 +18,7 @@ from plugins.runtimes.base import (
     ServicePort,
 )
 from plugins.runtimes.process import ProcessRuntime, ProcessSettings
+from plugins.runtimes.shim import FENCED, claim
 
 
 def make(tmp_path: Path, node: str = "n1") -> ProcessRuntime:
@@ -82,8 +85,10 @@ async def test_env_is_the_sessions_own_not_the_workers(
 async def test_stop_sends_sigterm_then_sigkill_after_grace(tmp_path: Path) -> None:
     rt = make(tmp_path)
     polite = await rt.start(spec(["sleep", "30"], kernel="polite"))
-    stubborn = await rt.start(spec(["sh", "-c", "trap '' TERM; sleep 30"], kernel="stubborn"))
-    await asyncio.sleep(0.3)
+    trapped = tmp_path / "trapped"  # the shell ignores TERM from here on
+    script = f"trap '' TERM; touch {trapped}; sleep 30"
+    stubborn = await rt.start(spec(["sh", "-c", script], kernel="stubborn"))
+    await until(trapped.exists, timeout=10, what="the stubborn shell's trap set")
     await asyncio.gather(rt.stop(polite, grace=5), rt.stop(stubborn, grace=0.5))
     assert (await rt.wait(polite)).exit_code == 143
     assert (await rt.wait(stubborn)).exit_code == 137
@@ -146,3 +151,38 @@ async def test_service_ports_are_the_host_ports(tmp_path: Path) -> None:
         assert [h.ports for h in await again.list_kernels()] == [{"inference": 18555}]
     finally:
         await rt.stop(handle, grace=1)
+
+
+async def test_a_start_no_shim_claimed_yet_is_fenced_then_run_once(tmp_path: Path) -> None:
+    """The worker was killed after writing a kernel's files but before its shim claimed
+    the attempt (``shim.pid``): the restarted worker's runtime fences it - a late shim
+    finds the claim taken and runs nothing - and lists it as never started, so the
+    worker removes it and starts it once more."""
+    ran = tmp_path / "ran"
+    s = spec(["sh", "-c", f"echo run >> {ran}"])
+    rt = make(tmp_path)
+    await rt.wait(await rt.start(s))
+    kdir = tmp_path / "process" / "k1"
+    for name in ("shim.pid", "pid", "exit", "stdout", "stderr"):  # as the killed worker left it
+        (kdir / name).unlink(missing_ok=True)
+    ran.unlink()
+    again = make(tmp_path)  # the restarted worker
+    (found,) = await again.list_kernels()
+    assert (found.kernel_id, found.started) == ("k1", False)
+    assert (kdir / "shim.pid").read_text() == FENCED
+    assert not claim(kdir)  # what the late shim tries first: it runs nothing
+    await again.remove(found)
+    assert (await again.wait(await again.start(s))).exit_code == 0
+    assert ran.read_text() == "run\n"
+
+
+async def test_an_exit_carries_when_it_happened(tmp_path: Path) -> None:
+    """A kernel that ended while no worker watched is reported with its real end."""
+    rt = make(tmp_path)
+    handle = await rt.start(spec(["sh", "-c", "exit 5"]))
+    await until(lambda: (tmp_path / "process" / "k1" / "exit").exists(), timeout=10, what="exit")
+    later = time.time()
+    status = await make(tmp_path).wait(handle)
+    assert status.exit_code == 5
+    assert status.ended_at is not None
+    assert handle.started_at <= status.ended_at <= later

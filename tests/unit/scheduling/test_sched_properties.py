@@ -148,7 +148,7 @@ def sessions(draw: st.DrawFn, index: int, count: int, dense: bool) -> SessionReq
 
 CONFIGS = st.fixed_dictionaries(
     {
-        "sequencer": st.sampled_from(["fifo", "heuristic-fifo", "lifo", "drf"]),
+        "sequencer": st.sampled_from(["fifo", "heuristic-fifo", "lifo", "drf", "fair-share"]),
         "scorers": st.sampled_from(
             [
                 [{"name": "concentrated"}],

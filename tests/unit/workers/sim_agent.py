@@ -9,9 +9,9 @@ from contract.messages import KernelEvent
 from plugins.resources import ResourceSlots
 from plugins.runtimes.base import RuntimeContext
 from plugins.runtimes.sim import SimRuntime, SimSettings
-from workers.agent import NodeAgent
 from workers.config import WorkerSettings
 from workers.kernel import NodeServices
+from workers.node import NodeAgent
 from workers.state import StateStore
 
 

@@ -21,9 +21,9 @@ from jobgate.workdir import pack
 from plugins.resources import ResourceSlots
 from plugins.runtimes.base import RuntimeContext, RuntimeFailure
 from plugins.runtimes.sim import SimRuntime, SimSettings
-from workers.agent import NodeAgent
 from workers.config import WorkerSettings
 from workers.kernel import NodeServices
+from workers.node import NodeAgent
 from workers.state import StateStore
 from workers.workdir import BlobClient, UnsafeArchive, WorkdirCache, safe_extract, workdir_root
 

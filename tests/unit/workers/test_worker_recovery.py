@@ -72,7 +72,7 @@ async def test_a_running_kernel_whose_container_disappeared_is_reported_lost(
 ) -> None:
     """The worker comes back and the runtime no longer knows a kernel's container: the
     worker reports it ``lost``, with the reason its session's owner reads (the gateway
-    makes it the session's status reason, gateway/events.py), and keeps the end for the
+    makes it the session's status reason, gateway/loops/events.py), and keeps the end for the
     registration. A kernel whose container is still there is re-attached instead."""
     agent, recorder = sim_agent(tmp_path)
     store = agent.services.store
@@ -168,7 +168,7 @@ async def test_the_reporter_sends_each_attempt_s_latest_event_again() -> None:
     await reporter.close()
 
 
-async def test_the_ends_a_registration_carries_are_sent_again_if_redis_loses_it() -> None:
+async def test_a_registration_redis_loses_is_sent_again_with_its_ends() -> None:
     pool = _Pool()
     reporter = EventReporter(pool)  # type: ignore[arg-type]
     reporter.start()
@@ -180,7 +180,8 @@ async def test_the_ends_a_registration_carries_are_sent_again_if_redis_loses_it(
     assert await reporter.flush(5)
     assert [b["node"]["node_id"] for b in pool.jobs] == ["n1"]
     pool.jobs.clear()  # FLUSHALL: the registration's batch is gone
-    assert reporter.replay() == 1
+    assert reporter.replay() == 1  # the registration, sent again whole with its ends
     assert await reporter.flush(5)
+    assert [b["node"]["node_id"] for b in pool.jobs] == ["n1"]
     assert [(e["kernel_id"], e["exit_code"]) for b in pool.jobs for e in b["events"]] == [("k9", 3)]
     await reporter.close()

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 import pytest
 from pydantic import ValidationError
 
-from gateway.domain.autoscale import AutoscaleSettings, Sample, ScaleState, decide, record
+from gateway.domain.autoscale import (
+    AutoscaleSettings,
+    Sample,
+    ScaleState,
+    decide,
+    record,
+    zero_after_s,
+)
 
 NOW = 10_000.0
 
@@ -295,3 +302,35 @@ def test_samples_stay_apart_and_within_the_window() -> None:
     for at in (0.0, 0.2, 0.5, 0.7, 1.5):
         samples = record(samples, Sample(at, 1, 0), keep_s=60)
     assert [s.at for s in samples] == [0.0, 0.5, 1.5]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"idle_to_zero_s": 10, "stable_window_s": 10},  # 10 s idle is about 40 s
+        {"idle_to_zero_s": 300},  # the defaults: 330 s
+        {"idle_to_zero_s": 10, "scale_down_delay_s": 0},  # the stable window's 60 s
+        {"idle_to_zero_s": 20, "stable_window_s": 6, "scale_down_delay_s": 5},
+    ],
+)
+def test_the_time_to_zero_is_the_delays_added_up(values: dict[str, float]) -> None:
+    """zero_after_s (what show prints) against decide() run a second at a time."""
+    settings = AutoscaleSettings.model_validate(
+        {"min_replicas": 0, "max_replicas": 3, "target_concurrency": 1, "panic_window_s": 6}
+        | values
+    )
+    samples: list[Sample] = []
+    state = ScaleState(desired=1, last_active_at=0.0)
+    last_request, at_zero = 4.0, None
+    for t in range(1000):
+        load = 1.0 if t <= last_request else 0.0
+        samples = record(samples, Sample(float(t), load, 0.0), settings.stable_window_s)
+        state = decide(samples, settings, float(t), state, ready=state.desired).state
+        if state.desired == 0:
+            at_zero = t - last_request
+            break
+    said = zero_after_s(settings)
+    assert said is not None
+    assert at_zero is not None
+    assert abs(at_zero - said) <= 1.5, (at_zero, said)
+    assert zero_after_s(settings.model_copy(update={"min_replicas": 1})) is None

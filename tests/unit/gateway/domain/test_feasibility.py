@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from gateway.domain.errors import Invalid
-from gateway.domain.feasibility import NodeShape, check_feasible
+from gateway.domain.feasibility import Cluster, NodeShape, check_feasible
 from plugins.resources import ResourceSlots
 
 SMALL = NodeShape("podman", ResourceSlots.parse({"cpu": "4", "mem": "8g"}), images="required")
@@ -89,3 +89,36 @@ def test_what_some_node_could_run_is_accepted(
     shapes: list[NodeShape], request_: ResourceSlots, image: str | None
 ) -> None:
     check_feasible("default", shapes, request_, image)
+
+
+TWO_CPU = NodeShape("sim", ResourceSlots.parse({"cpu": "2", "mem": "8g"}), count=3, node="a")
+
+
+@pytest.mark.parametrize(
+    ("cluster", "fits"),
+    [
+        pytest.param(Cluster(2, "single-node"), True, id="single-node-fits-one-node"),
+        pytest.param(Cluster(3, "single-node"), False, id="single-node-too-big-for-any"),
+        pytest.param(Cluster(6, "multi-node"), True, id="multi-node-shares-nodes"),
+        pytest.param(Cluster(7, "multi-node"), False, id="multi-node-more-than-the-group"),
+        pytest.param(Cluster(3, "multi-node", distinct_nodes=True), True, id="distinct-3-of-3"),
+        pytest.param(Cluster(4, "multi-node", distinct_nodes=True), False, id="distinct-4-of-3"),
+    ],
+)
+def test_a_cluster_must_fit_whole_on_the_groups_nodes(cluster: Cluster, fits: bool) -> None:
+    """Three nodes of 2 cpus; each container asks for 1 cpu."""
+    request_ = slots(cpu="1", mem="1g")
+    if fits:
+        check_feasible("default", [TWO_CPU], request_, None, cluster)
+        return
+    with pytest.raises(Invalid) as caught:
+        check_feasible("default", [TWO_CPU], request_, None, cluster)
+    assert caught.value.field == "cluster_size"
+    assert f"{cluster.size}" in str(caught.value)
+
+
+def test_a_cluster_counts_only_nodes_that_could_hold_one_container() -> None:
+    small = NodeShape("sim", ResourceSlots.parse({"cpu": "1", "mem": "8g"}), count=10, node="s")
+    big = NodeShape("sim", ResourceSlots.parse({"cpu": "4", "mem": "8g"}), node="b")
+    with pytest.raises(Invalid, match="could hold at most 2 of 3 containers"):
+        check_feasible("default", [small, big], slots(cpu="2"), None, Cluster(3, "multi-node"))

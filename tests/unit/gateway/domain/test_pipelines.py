@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gateway.domain.errors import Conflict
-from gateway.domain.hooks import BadPayload, branch_matches, parse_event, passes
+from gateway.domain.hooks import BadPayload, branch_matches, check_filters, parse_event, passes
 from gateway.domain.signatures import (
     BadSignature,
     new_secret,
@@ -277,8 +277,54 @@ def test_check_url() -> None:
         ("http://169.254.169.254/latest/meta-data/", "metadata"),
         ("http://[::1]:8080/", "loopback"),
         ("http://example.com:99999/", "URL"),
+        ("http://a\x91b.example/", "not a valid host name"),  # no IDNA encoding
+        ("http://\U0010e02b/", "not a valid host name"),
+        ("http://" + "a" * 64 + ".example/", "not a valid host name"),  # a label > 63
     ):
         assert why in (check_url(url, loopback) or ""), url
+    assert check_url("https://bücher.example/hook", []) is None  # IDNA: xn--bcher-kva
+
+
+@pytest.mark.parametrize(
+    ("source", "events", "branches", "refused"),
+    [
+        ("github", ["push", "pull_request", "tag", "release"], ["main", "release/**"], None),
+        ("gitlab", ["push", "pull_request", "tag", "pipeline"], ["feature-?"], None),
+        ("standard", ["invoice.paid", "anything_at_all"], [], None),  # the sender's types
+        (
+            "github",
+            ["pushh"],
+            [],
+            ("events", "github sends no event 'pushh' (did you mean 'push'?"),
+        ),
+        ("gitlab", ["pushh"], [], ("events", "gitlab sends no event 'pushh'")),
+        ("gitlab", ["merge_request"], [], ("events", "a gitlab trigger calls it 'pull_request'")),
+        ("gitlab", ["workflow_run"], [], ("events", "gitlab sends no event 'workflow_run'")),
+        (
+            "github",
+            ["PUSH"],
+            [],
+            ("events", "1-64 lower-case letters, '_' or '.'; did you mean 'push'?"),
+        ),
+        ("standard", ["Invoice Paid"], [], ("events", "an event name is 1-64 lower-case")),
+        ("github", [], ["["], ("branches", "'[' is in no branch name")),
+        ("github", [], ["main", "rel ease"], ("branches", "' ' is in no branch name")),
+        ("github", [], ["!main"], ("branches", "'!' (not) is not supported")),
+        ("github", [], ["release/"], ("branches", "no branch name starts or ends with '/'")),
+        ("github", [], ["a..b"], ("branches", "'..'")),
+    ],
+)
+def test_trigger_filters_that_could_never_fire_are_refused(
+    source: str, events: list[str], branches: list[str], refused: tuple[str, str] | None
+) -> None:
+    got = check_filters(source, events, branches)
+    if refused is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert got[0] == refused[0]
+        assert refused[1] in got[1], got
+        assert "{1,64}" not in got[1]  # the rule in words, no regex
 
 
 # -- templates ----------------------------------------------------------------------------

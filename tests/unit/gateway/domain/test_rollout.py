@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.domain.rollout import Replica, RolloutSettings, status, step
+from gateway.domain.rollout import Replica, RolloutSettings, promised, status, step
 
 NOW = 1_000.0
 SETTINGS = RolloutSettings(max_surge=1, max_unavailable=0, ready_timeout_s=60, drain_timeout_s=30)
@@ -178,3 +178,93 @@ def test_degraded_is_never_said_when_nothing_answers() -> None:
     replicas = [r(0, ready=False, why="not ready: refused"), r(1, ready=False)]
     got, _ = status(replicas, desired=2, revision=1, failure="replica 2 FAILED: exit 1")
     assert got == "UNAVAILABLE"
+
+
+def starting(index: int, why: str = "pending: no node yet") -> Replica:
+    return r(index, state="starting", ready=False, why=why)
+
+
+# (name, replicas, desired, promise the tick before, word, in the reason, promise after)
+PROMISE_CASES = [
+    ("a scale-up 1 -> 3 just asked", [r(0)], 3, 1, "HEALTHY", "scaling up: 2 not started", 1),
+    (
+        "a scale-up whose replicas start",
+        [r(0), starting(1), starting(2)],
+        3,
+        1,
+        "HEALTHY",
+        "1/3 replicas ready, scaling up: replica 1: pending: no node yet",
+        1,
+    ),
+    (
+        "one new replica ready (not promoted yet) raises the promise",
+        [r(0), r(1, state="starting"), starting(2)],
+        3,
+        1,
+        "HEALTHY",
+        "2/3",
+        2,
+    ),
+    ("scaled up", [r(0), r(1), r(2)], 3, 2, "HEALTHY", "3/3 replicas ready", 3),
+    (
+        "a serving replica died: missed though gone",
+        [r(0), r(1)],
+        3,
+        3,
+        "DEGRADED",
+        "2/3 replicas ready (3 served); 1 replica(s) to start",
+        3,
+    ),
+    (
+        "its replacement is starting: still below what served",
+        [r(0), r(1), starting(2)],
+        3,
+        3,
+        "DEGRADED",
+        "replica 2: pending",
+        3,
+    ),
+    (
+        "a serving replica stops answering its probe",
+        [r(0), r(1, ready=False, why="not ready: HTTP 500")],
+        2,
+        None,
+        "DEGRADED",
+        "replica 1: not ready: HTTP 500",
+        2,
+    ),
+    (
+        "a scale-down lowers the promise",
+        [r(0), r(1, state="draining"), r(2, state="draining")],
+        1,
+        3,
+        "HEALTHY",
+        "1/1",
+        1,
+    ),
+    (
+        "every serving replica lost",
+        [starting(0)],
+        1,
+        1,
+        "UNAVAILABLE",
+        "no replica is ready (1 served)",
+        1,
+    ),
+    ("a first start promises nothing yet", [starting(0)], 1, None, "DEPLOYING", "pending", 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "desired", "before", "word", "part", "after"),
+    [c[1:] for c in PROMISE_CASES],
+    ids=[c[0] for c in PROMISE_CASES],
+)
+def test_degraded_only_below_what_served(
+    replicas: list[Replica], desired: int, before: int | None, word: str, part: str, after: int
+) -> None:
+    promise = promised(replicas, desired=desired, previous=before)
+    got, why = status(replicas, desired=desired, revision=1, promise=promise)
+    assert (got, promise) == (word, after), why
+    assert part in why, why
+    assert "None" not in why

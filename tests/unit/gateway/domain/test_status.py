@@ -54,7 +54,7 @@ FORBIDDEN = [
     (S.PENDING, S.SUCCEEDED),
     (S.TERMINATING, S.RUNNING),
     (S.TERMINATING, S.SUCCEEDED),
-] + [(t, other) for t in TERMINAL for other in S]
+] + [(t, other) for t in sorted(TERMINAL) for other in S]
 
 
 @pytest.mark.parametrize(("a", "b"), ALLOWED, ids=lambda s: str(s))
@@ -98,7 +98,7 @@ KERNEL_ALLOWED = [
     *[
         pytest.param(live, end, id=f"{live}-{end}")
         for live in (K.SCHEDULED, K.PREPARING, K.RUNNING, K.STOPPING)
-        for end in KERNEL_ENDED
+        for end in sorted(KERNEL_ENDED)
     ],
 ]
 KERNEL_FORBIDDEN = [
@@ -108,7 +108,7 @@ KERNEL_FORBIDDEN = [
     pytest.param(K.STOPPING, K.PENDING, id="stopping-is-never-placed-again"),
     pytest.param(K.PENDING, K.RUNNING, id="unplaced-running"),
     pytest.param(K.RUNNING, K.RUNNING, id="same"),
-    *[pytest.param(end, other, id=f"{end}-{other}") for end in KERNEL_ENDED for other in K],
+    *[pytest.param(end, other, id=f"{end}-{other}") for end in sorted(KERNEL_ENDED) for other in K],
 ]
 
 

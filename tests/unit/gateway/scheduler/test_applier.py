@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 from gateway_rows import Rows
 
+from contract.tokens import app_secret
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Kernel, Session
 from gateway.domain.status import KernelStatus, SessionStatus
@@ -176,6 +177,28 @@ async def test_a_placement_carries_the_session_to_its_start_job(
         "reason": "placed on n1",
         "exit_code": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "has_secret"),
+    [
+        ("interactive", "k" * 32, True),
+        ("batch", "k" * 32, False),
+        ("inference", "k" * 32, False),  # a replica serves arbitrary code: it checks nothing
+        ("interactive", "", False),  # no proxy secret, no app secret
+    ],
+)
+async def test_interactive_start_jobs_carry_the_sessions_app_secret(
+    db: SessionFactory, rows: Rows, kind: str, key: str, has_secret: bool
+) -> None:
+    await rows.node("n1")
+    await rows.session(S.PENDING, [(K.PENDING, None)], type=kind)
+    outbox = Outbox()
+    async with db() as session, session.begin():
+        await apply_plan(session, Plan([on("n1")]), {}, outbox, key)
+    ((_, job),) = outbox.starts
+    assert job.app_secret == (app_secret(key, "s1") if has_secret else "")
+    assert not has_secret or job.app_secret not in repr(job)
 
 
 async def test_only_changed_pending_reasons_are_written(db: SessionFactory, rows: Rows) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.scheduler.allocation import NodeLedger
+from gateway.db.allocation import NodeLedger
 from gateway.scheduler.applier import _reserve
 from gateway.scheduler.snapshot import node_state
 from plugins.resources import ResourceSlots

@@ -1,13 +1,13 @@
 """A group's stored configuration is read once: the API shows what the snapshot plans with.
 
 ``plugins.scheduling.config.effective_config`` is the one reading; the API
-(``routes/groups._public``) and the scheduler's snapshot (``build_snapshot``) both go
-through ``snapshot.group_config``. Here both read the same ResourceGroup row.
+(``routes/groups._public``, through ``GroupService.effective``) and the scheduler's
+snapshot (``build_snapshot``) both go through ``snapshot.group_config``. Here both read
+the same ResourceGroup row.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.db.models import ResourceGroup
 from gateway.scheduler.snapshot import build_snapshot
+from gateway.services.groups import GroupService
 from plugins.scheduling.config import SchedulerConfig, effective_config
 
 STRICT = GatewaySettings(allow_unenforced_fractions=False, require_limits_enforced=False)
@@ -40,7 +41,7 @@ async def _both(
     async with db() as session, session.begin():
         group = await session.get(ResourceGroup, "g")
         assert group is not None
-        shown = _public(group, 0, SimpleNamespace(settings=settings)).effective  # type: ignore[arg-type]
+        shown = _public(group, 0, GroupService(db, settings)).effective
         snapshot, _ = await build_snapshot(
             session,
             None,

@@ -1,0 +1,103 @@
+"""The node's own credential: joined for once with the join token, then kept.
+
+A worker with no credential for a node calls ``POST /v1/internal/nodes/join`` with the
+join token (``JOBGATE_JOIN_TOKEN``, or the deprecated ``JOBGATE_NODE_TOKEN``) and saves
+what it gets to ``DATA_DIR/worker/{node}/node-credential`` (0600, written atomically);
+a restart reads it back and never joins again. The gateway refuses a second join of a
+node whose credential is valid (409), so a join-token holder cannot take over a node;
+after ``jobgate nodes revoke NODE`` remove the file and restart the worker to join anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+import httpx
+
+from contract.messages import NodeJoin, NodeJoined
+
+__all__ = ["CREDENTIAL_FILE", "JoinFailed", "credential_path", "node_credential"]
+
+CREDENTIAL_FILE = "node-credential"
+
+log = logging.getLogger(__name__)
+
+
+class JoinFailed(RuntimeError):
+    """The node has no credential and could not get one."""
+
+
+def credential_path(data_dir: Path, node_id: str) -> Path:
+    return data_dir / "worker" / node_id / CREDENTIAL_FILE
+
+
+def _save(path: Path, credential: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(credential + "\n")
+    os.replace(tmp, path)
+
+
+async def _join(
+    http: httpx.AsyncClient, node_id: str, join_token: str, wait_s: float
+) -> httpx.Response:
+    """POST the join; a gateway not answering yet (or a 502/503/504 in front of it) is
+    asked again, with backoff, for up to *wait_s* seconds."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.2
+    while True:
+        try:
+            response = await http.post(
+                "/v1/internal/nodes/join",
+                content=NodeJoin(node_id=node_id).model_dump_json(),
+                headers={
+                    "Authorization": f"Bearer {join_token}",
+                    "Content-Type": "application/json",
+                },
+            )
+        except httpx.TransportError as e:
+            if time.monotonic() + pause > deadline:
+                raise JoinFailed(f"node {node_id} could not join: {e!r}") from None
+        else:
+            if response.status_code not in (502, 503, 504) or time.monotonic() + pause > deadline:
+                return response
+        log.info(
+            "node %s: the gateway does not answer the join yet; again in %.1fs", node_id, pause
+        )
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 5.0)
+
+
+async def node_credential(
+    http: httpx.AsyncClient, data_dir: Path, node_id: str, join_token: str, wait_s: float = 120.0
+) -> str:
+    """*node_id*'s credential: the saved one, else one got by joining with *join_token*
+    (waiting up to *wait_s* seconds for a gateway that does not answer yet)."""
+    path = credential_path(data_dir, node_id)
+    try:
+        saved = path.read_text().strip()
+    except FileNotFoundError:
+        saved = ""
+    if saved:
+        return saved
+    if not join_token:
+        raise JoinFailed(
+            f"node {node_id} has no credential ({path}) and no join token to get one: "
+            "set JOBGATE_JOIN_TOKEN"
+        )
+    response = await _join(http, node_id, join_token, wait_s)
+    if response.status_code != 200:
+        try:
+            detail = response.json().get("detail", "")
+        except ValueError:
+            detail = response.text[:200]
+        raise JoinFailed(f"node {node_id} could not join: HTTP {response.status_code} {detail}")
+    credential = NodeJoined.model_validate_json(response.content).credential
+    _save(path, credential)
+    return credential
