@@ -34,6 +34,11 @@ COMPONENTS = frozenset(
 )
 
 
+#: the names click gives its number parameter types (Typer vendors its own click, so the
+#: classes are not click's)
+NUMBER_TYPES = frozenset({"integer", "float", "integer range", "float range"})
+
+
 @dataclass(frozen=True)
 class Leaf:
     path: tuple[str, ...]
@@ -51,12 +56,18 @@ class Leaf:
         return [p for p in self.command.params if p.name not in ("help",)]
 
     def required(self, value: str) -> list[str]:
-        """The command line with every required argument and option given *value*."""
+        """The command line with every required argument and option given *value* (a
+        number where the parameter takes one, the first choice where it takes choices)."""
         args: list[str] = []
         for p in self.params():
             if not p.required:
                 continue
-            given = p.metavar.split("|")[0] if "|" in (p.metavar or "") else value
+            if p.type.name in NUMBER_TYPES:
+                given = "1"
+            elif "|" in (p.metavar or ""):
+                given = p.metavar.split("|")[0]
+            else:
+                given = value
             if p.param_type_name == "argument":
                 args.append(given)
             else:

@@ -170,8 +170,6 @@ def test_admin_commands_change_only_what_is_given(up: UpStack) -> None:
 WRITES_A_FILE = {"admin config export"}
 #: with only its arguments it has nothing to ask the server: a usage error (code 2)
 NEEDS_AN_OPTION = {"endpoints scale"}
-#: an argument that is a number: the word is refused before anything is asked (code 2)
-TAKES_A_NUMBER = {"admin projects share"}
 
 
 def test_no_command_ends_in_a_traceback_with_unknown_ids(
@@ -189,7 +187,7 @@ def test_no_command_ends_in_a_traceback_with_unknown_ids(
         result = run_cli(capsys, *args)
         assert "Traceback" not in result.out + result.err, (args, result)
         if len(args) > len(leaf.path):  # it was given something to find or to create
-            usage_error = leaf.name in NEEDS_AN_OPTION | TAKES_A_NUMBER
+            usage_error = leaf.name in NEEDS_AN_OPTION
             assert result.code == (2 if usage_error else 1), (args, result)
             result.one_line_error()
         elif result.code != 0:
