@@ -182,7 +182,7 @@ class GatewayProtocol(HttpToolsProtocol):
         cycle.__class__ = GatewayCycle
         assert isinstance(cycle, GatewayCycle)
         cycle.adopt()
-        if self.scheme == "http":
+        if self.scheme == "http" and self.transport.get_extra_info("socket") is not None:
             extensions: dict[str, dict[object, object]] = self.scope.setdefault("extensions", {})
             extensions[ZEROCOPY] = {}
 
