@@ -5,15 +5,16 @@
     put  file ─▶ POST /v1/folders/F/uploads (Upload-Length, path) ─▶ Location
               ─▶ PATCH Location (Upload-Offset: 0, 8 MiB reads from disk)
                    connection lost? HEAD Location ─▶ Upload-Offset ─▶ PATCH from there
-    get  file ─▶ GET /v1/folders/F/files/PATH ─▶ LOCAL.part   (8 MiB readinto + write)
+    get  file ─▶ GET /v1/folders/F/files/PATH ─▶ LOCAL.part   (splice: socket ─▶ file)
                    connection lost? GET with Range: bytes=<have>- ─▶ append
               ─▶ rename LOCAL.part to LOCAL
 
 Nothing is held in memory beyond one chunk; both directions resume after a dropped
-connection (a few attempts) without sending again what arrived. A download reads the
-body with the standard library's ``http.client`` (``readinto`` 8 MiB at a time, straight
-from the socket) rather than httpx, whose per-64 KiB parsing cost the client more CPU
-than the gateway's ``sendfile``; through a proxy (``HTTP(S)_PROXY``) it stays on httpx.
+connection (a few attempts) without sending again what arrived. A download asks with
+the standard library's ``http.client`` rather than httpx, whose per-64 KiB parsing cost
+the client more CPU than the gateway's ``sendfile``, and moves the body from the socket
+into the file inside the kernel (``splice`` through a pipe; over TLS, ``readinto`` 8 MiB
+at a time); through a proxy (``HTTP(S)_PROXY``) it stays on httpx.
 
 An upload also resumes across runs: its ``Location`` is remembered in a small file
 (``~/.cache/jobgate/uploads/<key>.json``, mode 0600, keyed by the gateway, folder, remote
@@ -26,6 +27,8 @@ completes.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hashlib
 import http.client
 import json
@@ -45,6 +48,8 @@ from jobgate.client import ApiError, Client, _raise_for, segment, segments
 __all__ = ["Item", "UploadMemo", "download", "plan_upload", "upload"]
 
 CHUNK = 8 * 1024 * 1024
+#: one splice of a download through its pipe (Linux's default cap for a pipe's size)
+PIPE_SIZE = 1024 * 1024
 ATTEMPTS = 5
 TUS = {"Tus-Resumable": "1.0.0"}
 Advance = Callable[[int], None]
@@ -239,6 +244,40 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[os.write(fd, data) :]
 
 
+def _splice_body(
+    response: http.client.HTTPResponse, conn: http.client.HTTPConnection, fd: int, advance: Advance
+) -> None:
+    """Move a plain-HTTP body from the socket to *fd* inside the kernel (``splice``
+    through a pipe: the socket's pages are handed on, then copied once into the file;
+    ``readinto`` + ``write`` copy every byte twice through this process). First what
+    http.client buffered past the headers, read as usual."""
+    peeked = response.fp.peek(1)  # what the reader holds already (one read if none)
+    head = response.read(min(len(peeked), response.length or 0))
+    _write_all(fd, memoryview(head))
+    advance(len(head))
+    left = response.length or 0
+    if not left or conn.sock is None:
+        return
+    sock = conn.sock.fileno()
+    r, w = os.pipe()
+    try:
+        with contextlib.suppress(OSError):  # a bigger pipe, where the system allows it
+            fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+        while left:
+            moved = os.splice(sock, w, min(left, PIPE_SIZE))
+            if not moved:
+                break  # the connection closed early: the caller sees the length short
+            left -= moved
+            response.length = left
+            pending = moved
+            while pending:
+                pending -= os.splice(r, fd, pending)
+            advance(moved)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def _fetch_direct(
     api: Client, base: SplitResult, path: str, part: Path, have: int, advance: Advance
 ) -> None:
@@ -273,12 +312,15 @@ def _fetch_direct(
                     httpx.Response(response.status, headers=response.getheaders(), content=content)
                 )
                 raise ApiError(response.status, "Unexpected", f"HTTP {response.status} for {path}")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
-            flags |= os.O_APPEND if response.status == 206 else os.O_TRUNC
-            buffer = memoryview(bytearray(CHUNK))
+            flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC  # no O_APPEND: splice refuses it
+            flags |= 0 if response.status == 206 else os.O_TRUNC
             fd = os.open(part, flags, 0o666)
             try:
-                while n := response.readinto(buffer):
+                os.lseek(fd, 0, os.SEEK_END)  # a 206 goes after what arrived
+                if base.scheme == "http" and response.length and hasattr(os, "splice"):
+                    _splice_body(response, conn, fd, advance)
+                buffer = memoryview(bytearray(CHUNK))
+                while n := response.readinto(buffer):  # what splice left, or all of it
                     _write_all(fd, buffer[:n])
                     advance(n)
             finally:
