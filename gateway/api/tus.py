@@ -2,19 +2,21 @@
 
 ::
 
-    PATCH body ─▶ receive() pieces (as the socket gave them, kept, not copied) ─┐
-                  os.writev of 8 MiB of pieces (a thread) ◀─────────────────────┘
-                  while the next 8 MiB arrive from the socket
+    PATCH body ─▶ jobgate.request.body_to_file: splice, socket ─▶ file (api/http11.py)
+               ─▶ or (chunked, or another server): receive() pieces, kept as they came,
+                  os.writev of 8 MiB of them in a thread while the next 8 MiB arrive
     GET        ◀─ http.response.zerocopy: os.sendfile, file to socket (api/http11.py)
                ◀─ or, on a server without it: os.pread 8 MiB (a thread), next read in flight
 
 The routes (``api/routes/folders.py``) check who may do what; this module moves the
-bytes, as few Python steps per byte as ASGI allows. A download on the gateway's own
-protocol (``api/http11.py``) is one ``sendfile`` loop in a thread: no byte passes through
-Python. An upload's pieces are written where they arrived (``writev``), never copied
-into a buffer first. An append holds an exclusive ``flock`` on the part file, so a
-request still flushing after its client went away finishes before the next append
-checks the offset.
+bytes. On the gateway's own protocol (``api/http11.py``) no byte of an upload or a
+download passes through Python: the kernel splices the one from the socket into the
+part file and sends the other from the file. Elsewhere (tests on a plain ASGI
+transport) the bytes go through ASGI messages, 8 MiB disk reads and writes in worker
+threads. An append holds an exclusive ``flock`` on the part file, so a request still
+flushing after its client went away finishes before the next append checks the offset;
+a body longer than what the upload has left is refused before a byte is written when
+its Content-Length says so, else when it gets there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import binascii
 import contextlib
 import fcntl
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -55,6 +57,8 @@ TUS_MEDIA = "application/offset+octet-stream"
 CHUNK = 8 * 1024 * 1024
 #: the ASGI zero-copy send extension (``api/http11.py`` offers it)
 ZEROCOPY = "http.response.zerocopy"
+#: the gateway protocol's own: the request body spliced onto a file (``api/http11.py``)
+BODY_TO_FILE = "jobgate.request.body_to_file"
 #: the most pieces one ``writev`` takes (Linux's IOV_MAX)
 IOV_MAX = 1024
 #: an append waits this long (in LOCK_POLL_S steps) for a request still writing the part
@@ -265,6 +269,29 @@ class _Writer:
         _close_after(self.fd, self.writing)
 
 
+def _past_end(length: int) -> Invalid:
+    return Invalid(
+        f"the upload is {length} bytes; this body goes past its end", field="Upload-Length"
+    )
+
+
+async def _splice(fd: int, offset: int, length: int, request: Request) -> int | None:
+    """The body onto *fd* by the server's ``jobgate.request.body_to_file`` (splice, no
+    byte through Python): the bytes written; None where the server or the request has
+    no such way (no extension, no Content-Length): then the body is streamed."""
+    extension = request.scope.get("extensions", {}).get(BODY_TO_FILE)
+    declared = request.headers.get("content-length", "")
+    if extension is None or not declared.isdigit():
+        return None
+    if offset + int(declared) > length:
+        raise _past_end(length)  # refused before a byte is written
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # splice refuses O_APPEND files
+    os.lseek(fd, 0, os.SEEK_END)  # the offset checked under the lock: the part's end
+    write: Callable[[int], Awaitable[int | None]] = extension["write"]
+    return await write(fd)
+
+
 async def append(fd: int, offset: int, length: int, request: Request) -> int:
     """Write the request body onto the part file *fd* (opened for append) and close it;
     the new offset. The body must start at *offset* (checked under the lock) and must not
@@ -275,13 +302,13 @@ async def append(fd: int, offset: int, length: int, request: Request) -> int:
         held = os.fstat(fd).st_size
         if held != offset:
             raise Conflict(f"the upload is at offset {held}, not {offset}", offset=held)
+        spliced = await _splice(fd, offset, length, request)
+        if spliced is not None:
+            return offset + spliced
         try:
             async for piece in request.stream():
                 if offset + writer.written + writer.used + len(piece) > length:
-                    raise Invalid(
-                        f"the upload is {length} bytes; this body goes past its end",
-                        field="Upload-Length",
-                    )
+                    raise _past_end(length)
                 await writer.add(piece)
         except ClientDisconnect:
             pass

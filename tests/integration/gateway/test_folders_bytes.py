@@ -2,9 +2,9 @@
 (``http.response.zerocopy``, api/http11.py) equal the file byte for byte, whole and in
 ranges across chunk boundaries, to a reader that stalls and after one that leaves; the
 CLI's download (``http.client``, ``splice`` into the file) resumes with a Range; an
-upload's large pieces are written as they came, and a body past its length or a length
-past the quota is refused with nothing half-written. No timing here: the figures are
-``benchmarks/folders.py``'s.
+upload's body is spliced onto its part file (a chunked one written as it came), and a
+body past its length or a length past the quota is refused with nothing half-written.
+No timing here: the figures are ``benchmarks/folders.py``'s.
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ async def test_a_large_file_comes_back_byte_for_byte_whole_in_ranges_and_resumed
         return real_sendfile(sock, file, offset, count, stop)
 
     monkeypatch.setattr(http11, "_sendfile", spy)
+    spliced: list[int] = []  # the bytes each upload spliced from the socket
+    real_splice = http11._splice
+
+    def splice_spy(
+        sock: int, file: int, head: list[bytes], count: int, stop: threading.Event
+    ) -> int:
+        written = real_splice(sock, file, head, count, stop)
+        spliced.append(written)
+        return written
+
+    monkeypatch.setattr(http11, "_splice", splice_spy)
     key = await stack.create_user("dora")
     async with stack.client(key) as c:
         assert (await c.post("/v1/folders", json={"name": "big"})).status_code == 201
@@ -60,6 +71,7 @@ async def test_a_large_file_comes_back_byte_for_byte_whole_in_ranges_and_resumed
     local = tmp_path / "big.bin"
     local.write_bytes(payload)
     await asyncio.to_thread(upload, api, "big", Item(local, "big.bin", SIZE), lambda n: None)
+    assert spliced == [SIZE]  # one PATCH, its body spliced onto the part file
 
     # the CLI's download: whole, sent by the kernel
     back = tmp_path / "back.bin"
@@ -158,6 +170,18 @@ async def test_a_stalled_reader_gets_every_byte_and_one_that_leaves_frees_its_th
             headers={**APPEND, "Upload-Offset": "0", "Content-Length": str(SIZE)},
         )
         assert done.status_code == 204, done.text
+        # no Content-Length (chunked): received and written piece by piece, same bytes
+        chunked = await c.post(
+            "/v1/folders/f/uploads",
+            headers={**TUS, "Upload-Length": str(SIZE), "Upload-Metadata": meta("g.bin")},
+        )
+        done = await c.patch(
+            chunked.headers["location"],
+            content=body(),
+            headers={**APPEND, "Upload-Offset": "0"},
+        )
+        assert done.status_code == 204, done.text
+        assert (await c.get("/v1/folders/f/files/g.bin")).content == payload
 
     request = (
         f"GET /v1/folders/f/files/f.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"
