@@ -151,8 +151,9 @@ class GatewayCycle(RequestResponseCycle):
         """The rest of the request body (its ``Content-Length``) onto *fd*, by splice:
         the bytes written, fewer if the client went away; None where the body cannot be
         spliced (no Content-Length, or some of it already received by the app): then
-        ``receive()`` it. The connection closes after the response (the parser never saw
-        the spliced bytes), so the next request comes on a new one."""
+        ``receive()`` it. *fd* must not be ``O_APPEND`` (splice refuses it); the bytes
+        go at its position. The connection closes after the response (the parser never
+        saw the spliced bytes), so the next request comes on a new one."""
         length = self.content_length()
         if length is None or self.received > length or self.disconnected:
             return None
