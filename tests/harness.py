@@ -24,6 +24,7 @@ import uvicorn
 from pydantic import SecretStr
 from waiting import until
 
+from gateway.api.http11 import GatewayProtocol
 from gateway.app import create_app
 from gateway.bootstrap import ensure_admin_key, ensure_default_group
 from gateway.config import GatewaySettings
@@ -415,7 +416,12 @@ async def serve_gateway(
     stop it with ``server.should_exit = True`` and await the task."""
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+            create_app(settings),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            http=GatewayProtocol,  # as `jobgate gateway serve` runs it (zero-copy downloads)
         )
     )
     task = asyncio.create_task(server.serve())

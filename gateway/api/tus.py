@@ -2,17 +2,21 @@
 
 ::
 
-    PATCH body ─▶ receive() pieces ─▶ 8 MiB buffer ─┐  two buffers: one fills from the
-                                                   ├▶ os.write (a thread)   socket while
-                                   8 MiB buffer ◀──┘  the other is written to disk
-    GET        ◀─ send() ◀─ os.pread 8 MiB (a thread), the next read already in flight
+    PATCH body ─▶ jobgate.request.body_to_file: splice, socket ─▶ file (api/http11.py)
+               ─▶ or (chunked, or another server): receive() pieces, kept as they came,
+                  os.writev of 8 MiB of them in a thread while the next 8 MiB arrive
+    GET        ◀─ http.response.zerocopy: os.sendfile, file to socket (api/http11.py)
+               ◀─ or, on a server without it: os.pread 8 MiB (a thread), next read in flight
 
 The routes (``api/routes/folders.py``) check who may do what; this module moves the
-bytes, as few Python steps per byte as ASGI allows: 8 MiB disk reads and writes, each in
-a worker thread that overlaps the network side. (Zero-copy ``sendfile`` needs the ASGI
-``pathsend`` extension, which uvicorn does not offer.) An append holds an exclusive
-``flock`` on the part file, so a request still flushing after its client went away
-finishes before the next append checks the offset.
+bytes. On the gateway's own protocol (``api/http11.py``) no byte of an upload or a
+download passes through Python: the kernel splices the one from the socket into the
+part file and sends the other from the file. Elsewhere (tests on a plain ASGI
+transport) the bytes go through ASGI messages, 8 MiB disk reads and writes in worker
+threads. An append holds an exclusive ``flock`` on the part file, so a request still
+flushing after its client went away finishes before the next append checks the offset;
+a body longer than what the upload has left is refused before a byte is written when
+its Content-Length says so, else when it gets there.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ import binascii
 import contextlib
 import fcntl
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from gateway.domain.errors import Conflict, Invalid, JobgateError
 
@@ -34,6 +40,8 @@ __all__ = [
     "CHUNK",
     "TUS_MEDIA",
     "TUS_VERSION",
+    "ZEROCOPY",
+    "FileRange",
     "Unsatisfiable",
     "append",
     "byte_range",
@@ -47,6 +55,12 @@ TUS_VERSION = "1.0.0"
 TUS_MEDIA = "application/offset+octet-stream"
 #: one disk read or write; RSS grows by a few of these per transfer, never by the file
 CHUNK = 8 * 1024 * 1024
+#: the ASGI zero-copy send extension (``api/http11.py`` offers it)
+ZEROCOPY = "http.response.zerocopy"
+#: the gateway protocol's own: the request body spliced onto a file (``api/http11.py``)
+BODY_TO_FILE = "jobgate.request.body_to_file"
+#: the most pieces one ``writev`` takes (Linux's IOV_MAX)
+IOV_MAX = 1024
 #: an append waits this long (in LOCK_POLL_S steps) for a request still writing the part
 LOCK_WAIT_S = 10.0
 LOCK_POLL_S = 0.05
@@ -111,7 +125,7 @@ def _close_after(fd: int, pending: asyncio.Future[Any] | None) -> None:
     pending.add_done_callback(done)
 
 
-async def read_range(fd: int, start: int, end: int) -> AsyncIterator[bytes]:
+async def read_range(fd: int, start: int, end: int) -> AsyncGenerator[bytes, None]:
     """Bytes *start*..*end* (inclusive) of *fd*, which it closes; the next read runs
     while the caller sends the last one."""
     loop = asyncio.get_running_loop()
@@ -133,6 +147,49 @@ async def read_range(fd: int, start: int, end: int) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         _close_after(fd, pending)
+
+
+class FileRange(StreamingResponse):
+    """Bytes *start*..*end* (inclusive) of *fd*, which it closes: sent by the kernel
+    (``http.response.zerocopy``) where the server offers it, else read and streamed by
+    :func:`read_range`. The headers must carry the range's ``Content-Length``."""
+
+    def __init__(
+        self, fd: int, start: int, end: int, status_code: int, headers: dict[str, str]
+    ) -> None:
+        self.fd, self.start, self.count = fd, start, max(0, end - start + 1)
+        self._chunks = read_range(fd, start, end)  # runs (and closes fd) only if streamed
+        super().__init__(
+            self._chunks,
+            status_code=status_code,
+            headers=headers,
+            media_type="application/octet-stream",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if ZEROCOPY not in scope.get("extensions", {}) or not self.count:
+            await super().__call__(scope, receive, send)
+            return
+        await self._chunks.aclose()  # never started: it holds nothing
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            await send(
+                {
+                    "type": ZEROCOPY,
+                    "file": self.fd,
+                    "offset": self.start,
+                    "count": self.count,
+                    "more_body": False,
+                }
+            )
+        finally:
+            os.close(self.fd)  # the server sent from a duplicate of its own
 
 
 async def _lock(fd: int, mode: int = fcntl.LOCK_EX) -> None:
@@ -158,38 +215,45 @@ async def settled_offset(fd: int) -> int:
         os.close(fd)
 
 
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        data = data[os.write(fd, data) :]
+def _write_all(fd: int, pieces: list[bytes]) -> None:
+    """All of *pieces*, in order, onto *fd*: ``writev`` (IOV_MAX at a time), no copy."""
+    views = [memoryview(p) for p in pieces]
+    while views:
+        batch = views[:IOV_MAX]
+        n = os.writev(fd, batch)
+        while n:  # drop what was written; a partial piece keeps its tail
+            if n >= len(views[0]):
+                n -= len(views.pop(0))
+            else:
+                views[0], n = views[0][n:], 0
 
 
 class _Writer:
-    """Two CHUNK buffers onto *fd*: one fills from the socket while a thread writes the
-    other to disk."""
+    """Pieces onto *fd*: they gather until CHUNK bytes, then a thread writes them while
+    the next ones arrive (two batches at most in memory)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.filling, self.spare = bytearray(CHUNK), bytearray(CHUNK)
-        self.used = 0
+        self.pieces: list[bytes] = []
+        self.used = 0  # bytes gathered, not yet handed to the disk
         self.written = 0  # bytes handed to the disk
         self.writing: asyncio.Future[None] | None = None
 
-    async def add(self, data: memoryview) -> None:
-        while data:
-            n = min(len(data), CHUNK - self.used)
-            self.filling[self.used : self.used + n] = data[:n]
-            self.used += n
-            data = data[n:]
-            if self.used == CHUNK:
-                await self._swap()
+    async def add(self, data: bytes) -> None:
+        if not data:
+            return
+        self.pieces.append(data)
+        self.used += len(data)
+        if self.used >= CHUNK:
+            await self._swap()
 
     async def _swap(self) -> None:
-        await self.wait()  # the spare buffer is on disk: it may be filled again
-        view = memoryview(self.filling)[: self.used]
+        await self.wait()  # one batch on its way to disk at a time
+        pieces, self.pieces = self.pieces, []
         loop = asyncio.get_running_loop()
-        self.writing = loop.run_in_executor(None, _write_all, self.fd, view)
+        self.writing = loop.run_in_executor(None, _write_all, self.fd, pieces)
         self.written += self.used
-        self.filling, self.spare, self.used = self.spare, self.filling, 0
+        self.used = 0
 
     async def wait(self) -> None:
         if self.writing is not None:
@@ -205,6 +269,29 @@ class _Writer:
         _close_after(self.fd, self.writing)
 
 
+def _past_end(length: int) -> Invalid:
+    return Invalid(
+        f"the upload is {length} bytes; this body goes past its end", field="Upload-Length"
+    )
+
+
+async def _splice(fd: int, offset: int, length: int, request: Request) -> int | None:
+    """The body onto *fd* by the server's ``jobgate.request.body_to_file`` (splice, no
+    byte through Python): the bytes written; None where the server or the request has
+    no such way (no extension, no Content-Length): then the body is streamed."""
+    extension = request.scope.get("extensions", {}).get(BODY_TO_FILE)
+    declared = request.headers.get("content-length", "")
+    if extension is None or not declared.isdigit():
+        return None
+    if offset + int(declared) > length:
+        raise _past_end(length)  # refused before a byte is written
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_APPEND)  # splice refuses O_APPEND files
+    os.lseek(fd, 0, os.SEEK_END)  # the offset checked under the lock: the part's end
+    write: Callable[[int], Awaitable[int | None]] = extension["write"]
+    return await write(fd)
+
+
 async def append(fd: int, offset: int, length: int, request: Request) -> int:
     """Write the request body onto the part file *fd* (opened for append) and close it;
     the new offset. The body must start at *offset* (checked under the lock) and must not
@@ -215,14 +302,14 @@ async def append(fd: int, offset: int, length: int, request: Request) -> int:
         held = os.fstat(fd).st_size
         if held != offset:
             raise Conflict(f"the upload is at offset {held}, not {offset}", offset=held)
+        spliced = await _splice(fd, offset, length, request)
+        if spliced is not None:
+            return offset + spliced
         try:
             async for piece in request.stream():
                 if offset + writer.written + writer.used + len(piece) > length:
-                    raise Invalid(
-                        f"the upload is {length} bytes; this body goes past its end",
-                        field="Upload-Length",
-                    )
-                await writer.add(memoryview(piece))
+                    raise _past_end(length)
+                await writer.add(piece)
         except ClientDisconnect:
             pass
         except Exception:

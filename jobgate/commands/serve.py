@@ -115,6 +115,7 @@ def gateway_serve(
     """Serve the REST API (and consume worker events)."""
     import uvicorn
 
+    from gateway.api.http11 import GatewayProtocol
     from gateway.app import create_app
     from gateway.config import GatewaySettings
 
@@ -136,7 +137,7 @@ def gateway_serve(
         log_level="warning",
         access_log=False,
         loop="uvloop",
-        http="httptools",
+        http=GatewayProtocol,  # httptools', plus zero-copy downloads (api/http11.py)
         lifespan="on",
     )
     uvicorn.Server(config).run()

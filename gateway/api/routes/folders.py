@@ -9,8 +9,9 @@ so an interrupted upload resumes there; the file appears in the folder, atomical
 the last byte arrives. The quota is checked when the upload is created, against its
 declared length: nothing is written for an upload that would not fit.
 
-Downloads stream from the file (``Range: bytes=a-b`` answers 206). The bytes move in
-``api/tus.py``; these routes check who may do what.
+Downloads go from the file to the socket by ``sendfile`` (``Range: bytes=a-b`` answers
+206). The bytes move in ``api/tus.py`` (and ``api/http11.py``); these routes check who
+may do what.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from gateway.api.deps import CurrentUser, Folders
 from gateway.api.rules import UPLOAD_ID_PATTERN
 from gateway.api.tus import (
     TUS_MEDIA,
+    FileRange,
     Unsatisfiable,
     append,
     byte_range,
     metadata,
-    read_range,
     settled_offset,
     tus_headers,
 )
@@ -307,12 +308,7 @@ async def download_file(
     if wanted is not None:
         code = status.HTTP_206_PARTIAL_CONTENT
         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-    return StreamingResponse(
-        read_range(fd, start, end),
-        status_code=code,
-        headers=headers,
-        media_type="application/octet-stream",
-    )
+    return FileRange(fd, start, end, status_code=code, headers=headers)
 
 
 @router.delete(
