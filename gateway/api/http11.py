@@ -27,7 +27,8 @@ uvicorn builds its ``RequestResponseCycle`` itself; :class:`GatewayProtocol` tur
 new cycle into a :class:`GatewayCycle` (a subclass with no state of its own beyond the
 body's pieces) right after uvicorn made it, before its task first runs. The internals read
 here are those of the uvicorn releases ``pyproject.toml`` pins (the app proxy's fast lane
-reads the same ones: ``appproxy/fastlane/compat.py``).
+reads the same ones: ``appproxy/fastlane/compat.py``);
+``tests/unit/gateway/test_http11_internals.py`` fails loudly when one of them is gone.
 """
 
 from __future__ import annotations
