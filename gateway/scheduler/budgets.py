@@ -158,8 +158,8 @@ async def check_budgets(db: AsyncSession, now: datetime) -> int:
 async def add_budget_holds(db: AsyncSession, snapshot: Snapshot) -> None:
     """Fill ``snapshot.budget_holds``: the spent budgets of the pending sessions' users,
     projects and project members, with the time each frees (as last checked)."""
-    owners = {r.owner for r in snapshot.pending}
-    projects = {r.project for r in snapshot.pending if r.project}
+    owners = sorted({r.owner for r in snapshot.pending})
+    projects = sorted({r.project for r in snapshot.pending if r.project})
     rows = await db.execute(
         select(Budget.scope, Budget.subject_id, Budget.state).where(
             or_(
