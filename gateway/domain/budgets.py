@@ -228,33 +228,40 @@ def check_budget(
 ) -> tuple[Period, Window, dict[str, float], dict[str, dict[str, float]]]:
     """A budget as set (after a merge patch), checked whole: an :class:`Invalid` naming the
     field, or the normalised (period, window, limits, members by name)."""
+    if period is None:
+        raise Invalid(f"a budget needs a period: one of {', '.join(PERIODS)}", field="period")
     if period not in PERIODS:
         raise Invalid(f"period must be one of {', '.join(PERIODS)}, not {period!r}", field="period")
     if window not in WINDOWS:
         raise Invalid(f"window must be one of {', '.join(WINDOWS)}, not {window!r}", field="window")
     amounts = _amounts(limits, "limits")
-    subs: dict[str, dict[str, float]] = {}
-    if members:
-        if scope != "project":
-            raise Invalid("only a project's budget has member sub-limits", field="members")
-        if not isinstance(members, Mapping):
-            raise Invalid("members must map user names to limits", field="members")
-        for name, value in members.items():
-            if isinstance(value, Mapping) and not value:
-                continue  # a member whose every sub-limit was patched away
-            subs[str(name)] = mine = _amounts(value, f"members.{name}")
-            for kind in mine:
-                if kind not in amounts:
-                    raise Invalid(
-                        f"the project's budget has no {kind} limit to divide",
-                        field=f"members.{name}.{kind}",
-                    )
-        for kind, limit in amounts.items():
-            total = sum(m.get(kind, 0.0) for m in subs.values())
-            if total > limit * (1 + 1e-12):
-                raise Invalid(
-                    f"member sub-limits of {kind} add up to {total:g} slot-hours, more than "
-                    f"the project's {limit:g}",
-                    field="members",
-                )
+    subs = _members(scope, members, amounts) if members else {}
     return period, window, amounts, subs
+
+
+def _members(scope: str, members: object, amounts: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Member name -> sub-limits: kinds the project limits, adding up to at most its."""
+    if scope != "project":
+        raise Invalid("only a project's budget has member sub-limits", field="members")
+    if not isinstance(members, Mapping):
+        raise Invalid("members must map user names to limits", field="members")
+    subs: dict[str, dict[str, float]] = {}
+    for name, value in members.items():
+        if isinstance(value, Mapping) and not value:
+            continue  # a member whose every sub-limit was patched away
+        subs[str(name)] = mine = _amounts(value, f"members.{name}")
+        for kind in mine:
+            if kind not in amounts:
+                raise Invalid(
+                    f"the project's budget has no {kind} limit to divide",
+                    field=f"members.{name}.{kind}",
+                )
+    for kind, limit in amounts.items():
+        total = sum(m.get(kind, 0.0) for m in subs.values())
+        if total > limit * (1 + 1e-12):
+            raise Invalid(
+                f"member sub-limits of {kind} add up to {total:g} slot-hours, more than "
+                f"the project's {limit:g}",
+                field="members",
+            )
+    return subs
