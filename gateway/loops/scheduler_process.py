@@ -75,7 +75,7 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
     ctx = {
         "scheduler": Scheduler(db, pool, settings, metrics),
         "reconciler": Reconciler(db, pool, settings),
-        "budgets": BudgetWatcher(db, settings),
+        "budgets": BudgetWatcher(db, settings, pool),
     }
     worker = make_worker(
         settings.redis_url,

@@ -283,7 +283,7 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 @pytest.fixture
-async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+async def quick_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     async with started_stack(
         pg_url,
         redis_url,
@@ -295,8 +295,35 @@ async def hooks_stack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncItera
         yield s
 
 
-async def test_soft_limits_alert_once_per_crossing(hooks_stack: Stack, receiver: Receiver) -> None:
-    stack = hooks_stack
+async def test_a_group_that_stops_at_budget_stops_the_spent_projects_sessions(
+    quick_stack: Stack,
+) -> None:
+    stack = quick_stack
+    await _admin(
+        stack, "PUT", "/v1/resource-groups/default", {"scheduler": {"stop_at_budget": True}}
+    )
+    alice, alice_id, ml_a = await _member(stack, "alice", "ml-a")
+    bob, _, _ = await _member(stack, "bob", "ml-b")
+    await stack.start_worker(worker_runtime="sim", worker_cpu="4")
+    spends = await stack.submit(alice, command=["x"], env=LONG, resources=CPU1, project="ml-a")
+    other = await stack.submit(bob, command=["x"], env=LONG, resources=CPU1, project="ml-b")
+    await stack.wait_status(spends["id"], {"RUNNING"})
+    await stack.wait_status(other["id"], {"RUNNING"})
+    end = _minute(timedelta(minutes=2))
+    await _past_usage(stack, alice_id, ml_a, {"cpu": "4"}, end - timedelta(hours=3), end)
+    await _admin(
+        stack,
+        "PUT",
+        "/v1/budgets/project/ml-a",
+        {"period": "day", "window": "rolling", "limits": {"cpu": 10}},
+    )
+    stopped = await stack.wait_status(spends["id"], {"TERMINATED"})
+    assert stopped["status_reason"].startswith("budget of project ml-a exhausted until ")
+    assert (await stack.get(other["id"]))["status"] == "RUNNING"
+
+
+async def test_soft_limits_alert_once_per_crossing(quick_stack: Stack, receiver: Receiver) -> None:
+    stack = quick_stack
     alice, alice_id, ml_a = await _member(stack, "alice", "ml-a")
     async with stack.client(alice) as api:
         r = await api.post(
