@@ -149,7 +149,8 @@ def _alert(
 
 async def check_budgets(db: AsyncSession, now: datetime) -> int:
     """Check every budget (rows locked: concurrent checks alert once); how many."""
-    rows = list((await db.execute(select(Budget).with_for_update())).scalars())
+    query = select(Budget).order_by(Budget.id).with_for_update()  # one lock order for all
+    rows = list((await db.execute(query)).scalars())
     for row in rows:
         await check_budget(db, row, now)
     return len(rows)

@@ -9,6 +9,7 @@ spent holds sessions back from the next pass on, and alerts for what it already 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -125,7 +126,9 @@ class BudgetService:
                 raise NotFound(f"{scope} {subject!r} has no budget")
             await db.delete(row)
 
-    async def _write(self, scope: Scope, subject: str, change: Any) -> BudgetView:
+    async def _write(
+        self, scope: Scope, subject: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> BudgetView:
         async with self.db() as db, db.begin():
             subject_id = await _subject_id(db, scope, subject)
             row = await _find(db, scope, subject_id, lock=True)
