@@ -22,7 +22,7 @@ from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Budget, Project, ProjectMember, User
 from gateway.domain.budgets import check_budget
-from gateway.domain.errors import Forbidden, Invalid, NotFound
+from gateway.domain.errors import Conflict, Forbidden, NotFound
 from gateway.domain.patch import merge_patch
 from gateway.scheduler.budgets import SELF, window_of
 from gateway.scheduler.budgets import check_budget as work_out
@@ -235,8 +235,8 @@ async def _find(db: AsyncSession, scope: Scope, subject_id: str, *, lock: bool) 
 async def _member_ids(
     db: AsyncSession, project_id: str, members: dict[str, dict[str, float]]
 ) -> dict[str, str]:
-    """Member name -> user id; a name that is no user, or no member of the project, is a
-    422 naming it."""
+    """Member name -> user id; a name that is no user is a 404, one of a user who is no
+    member of the project a 409, each naming it."""
     if not members:
         return {}
     found = {
@@ -257,7 +257,7 @@ async def _member_ids(
     )
     for name in members:
         if name not in found:
-            raise Invalid(f"no user {name!r}", field=f"members.{name}")
+            raise NotFound(f"no user {name!r}", field=f"members.{name}")
         if found[name] not in belong:
-            raise Invalid(f"{name} is not a member of the project", field=f"members.{name}")
+            raise Conflict(f"{name} is not a member of the project", field=f"members.{name}")
     return found

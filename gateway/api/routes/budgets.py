@@ -10,13 +10,15 @@ or not it exists. Nonsense is a 422 naming the field (gateway/domain/budgets.py)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, Field
 
 from gateway.api.deps import Admin, Budgets, CurrentUser
+from gateway.domain.budgets import KINDS, MAX_AMOUNT
 from gateway.domain.requests import Input
 from gateway.services.budgets import BudgetView, HolderView, Scope
 
@@ -30,17 +32,53 @@ LIMITS = (
 )
 
 
+def _limits_schema(*, null: bool) -> dict[str, Any]:
+    """gpu, cpu and mem, each above 0 (``null``: removed, in a patch); nothing else."""
+    amount: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_AMOUNT}
+    value = {"anyOf": [amount, {"type": "null"}]} if null else amount
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": dict.fromkeys(KINDS, value),
+        "additionalProperties": False,
+    }
+    return schema if null else schema | {"minProperties": 1}
+
+
+def _members_schema(*, null: bool) -> dict[str, Any]:
+    limits = _limits_schema(null=null)
+    each = {"anyOf": [limits, {"type": "null"}]} if null else limits
+    return {"type": "object", "additionalProperties": each}
+
+
+def _schema(shape: dict[str, Any], *, optional: bool) -> Callable[[dict[str, Any]], None]:
+    """The field's JSON Schema made *shape* (or null, when *optional*), its words kept:
+    what pydantic derives from the dict types says nothing of the kinds or bounds."""
+
+    def rewrite(schema: dict[str, Any]) -> None:
+        kept: dict[str, Any] = {
+            k: schema[k] for k in ("title", "description", "default") if k in schema
+        }
+        schema.clear()
+        schema.update(kept)
+        schema.update({"anyOf": [shape, {"type": "null"}]} if optional else shape)
+
+    return rewrite
+
+
 class BudgetSet(Input):
     period: Period = Field(description="day | week | month")
     window: Window = Field(
         default="calendar",
         description="calendar: the UTC day, ISO week or month; rolling: the last 1, 7 or 30 days",
     )
-    limits: dict[str, float] = Field(description=LIMITS)
+    limits: dict[str, float] = Field(
+        description=LIMITS, json_schema_extra=_schema(_limits_schema(null=False), optional=False)
+    )
     members: dict[str, dict[str, float]] | None = Field(
         default=None,
-        description="projects: user name -> that member's sub-limits (adding up to at most "
-        "the project's)",
+        description="projects: user name -> that member's sub-limits (kinds the project "
+        "limits, adding up to at most the project's)",
+        json_schema_extra=_schema(_members_schema(null=False), optional=True),
     )
 
 
@@ -49,8 +87,16 @@ class BudgetPatch(Input):
 
     period: Period | None = None
     window: Window | None = None
-    limits: dict[str, float | None] | None = Field(default=None, description=LIMITS)
-    members: dict[str, dict[str, float | None] | None] | None = None
+    limits: dict[str, float | None] | None = Field(
+        default=None,
+        description=LIMITS,
+        json_schema_extra=_schema(_limits_schema(null=True), optional=True),
+    )
+    members: dict[str, dict[str, float | None] | None] | None = Field(
+        default=None,
+        description="user name -> sub-limits merged kind by kind; null removes",
+        json_schema_extra=_schema(_members_schema(null=True), optional=True),
+    )
 
 
 class HolderPublic(BaseModel):

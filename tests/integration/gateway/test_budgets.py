@@ -168,6 +168,7 @@ async def test_a_member_sub_limit_holds_that_member_only(stack: Stack) -> None:
 
 async def test_budget_nonsense_is_a_422_naming_the_field(stack: Stack) -> None:
     alice, _, _ = await _member(stack, "alice", "ml-a")
+    await _member(stack, "bob", "ml-a")
     await stack.create_user("carol")  # no member of ml-a
     good = {"period": "day", "limits": {"gpu": 10}}
     cases: list[tuple[str, dict[str, Any], str]] = [
@@ -178,8 +179,7 @@ async def test_budget_nonsense_is_a_422_naming_the_field(stack: Stack) -> None:
         ("PUT", {**good, "window": "sliding"}, "window"),
         ("PUT", {**good, "members": {"alice": {"gpu": 11}}}, "members"),
         ("PUT", {**good, "members": {"alice": {"cpu": 1}}}, "members.alice.cpu"),
-        ("PUT", {**good, "members": {"carol": {"gpu": 1}}}, "members.carol"),
-        ("PUT", {**good, "members": {"nobody": {"gpu": 1}}}, "members.nobody"),
+        ("PUT", {**good, "members": {"alice": {"gpu": 6}, "bob": {"gpu": 5}}}, "members"),
         ("PATCH", {"limits": {"gpu": 5}}, "period"),  # no budget yet: a period is needed
     ]
     async with stack.client() as admin:
@@ -189,6 +189,13 @@ async def test_budget_nonsense_is_a_422_naming_the_field(stack: Stack) -> None:
             problem = r.json()
             assert problem["field"] == where, (body, problem)
             assert r.headers["content-type"].startswith("application/problem+json")
+        # a member who is no user, or not in the project: the state, not the input
+        for name, status in (("carol", 409), ("nobody", 404)):
+            r = await admin.put(
+                "/v1/budgets/project/ml-a", json={**good, "members": {name: {"gpu": 1}}}
+            )
+            assert r.status_code == status, r.text
+            assert r.json()["field"] == f"members.{name}"
         assert (await admin.get("/v1/budgets")).json() == []  # nothing half-written
         r = await admin.put(
             "/v1/budgets/project/ml-a", json={**good, "members": {"alice": {"gpu": 6}}}
