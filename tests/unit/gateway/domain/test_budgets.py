@@ -196,3 +196,24 @@ def test_nothing_after_now_counts() -> None:
     record = Record({"cpu": "1"}, at("2026-11-29 11:00"), at("2026-11-29 13:00"))
     assert spent([record], at("2026-11-29 00:00"), at("2026-11-30 00:00"), now)["cpu"] == 1.0
     assert spent([record], now - timedelta(hours=1), now, now)["cpu"] == 1.0
+
+
+def test_the_worked_example_of_docs_fair_share() -> None:
+    """docs/fair-share.md, Budgets, "Worked example": the figures it gives."""
+    now = at("2026-11-28 12:00")  # Saturday noon
+    alice = [
+        Record({"cuda.device": "2"}, at("2026-11-23 09:00"), at("2026-11-24 05:00")),  # 40
+        Record({"cuda.shares": "0.5"}, at("2026-11-25 00:00"), at("2026-11-26 06:00")),  # 15
+    ]
+    bob = [Record({"cuda.device": "1"}, at("2026-11-23 08:00"), at("2026-11-24 14:00"))]  # 30
+    week = window_bounds("week", "calendar", now)
+    assert week == (at("2026-11-23 00:00"), at("2026-11-30 00:00"))
+    assert spent(alice, *week, now)["gpu"] == pytest.approx(55.0)
+    assert level(spent(alice, *week, now), {"gpu": 60}) == 80
+    assert level(spent(bob, *week, now), {"gpu": 30}) == 100
+    assert spent(alice + bob, *week, now)["gpu"] == pytest.approx(85.0)
+    assert exhausted_until("week", "calendar", bob, {"gpu": 30}, now) == at("2026-11-30 00:00")
+    assert exhausted_until("week", "calendar", alice, {"gpu": 60}, now) is None
+    # the same as a rolling week
+    assert exhausted_until("week", "rolling", bob, {"gpu": 30}, now) == at("2026-11-30 08:00")
+    assert exhausted_until("week", "rolling", bob, {"gpu": 20}, now) == at("2026-11-30 18:00")
