@@ -112,11 +112,15 @@ class BudgetService:
     # -- changing (admins) ----------------------------------------------------------------
     async def set(self, scope: Scope, subject: str, body: dict[str, Any]) -> BudgetView:
         """Create or replace a budget whole."""
-        return await self._write(scope, subject, lambda _: body)
+        return await self._write(scope, subject, lambda _: body, patch=False)
 
     async def update(self, scope: Scope, subject: str, patch: dict[str, Any]) -> BudgetView:
-        """A JSON merge patch of the budget as ``GET`` names it (creates one if none)."""
-        return await self._write(scope, subject, lambda current: merge_patch(current, patch))
+        """A JSON merge patch of the budget as ``GET`` names it (creates one if none: then
+        it must give the period and limits, else a 409, as it would make an empty budget;
+        one that removes every limit is a 409 too: remove the budget instead)."""
+        return await self._write(
+            scope, subject, lambda current: merge_patch(current, patch), patch=True
+        )
 
     async def delete(self, scope: Scope, subject: str) -> None:
         async with self.db() as db, db.begin():
@@ -127,7 +131,12 @@ class BudgetService:
             await db.delete(row)
 
     async def _write(
-        self, scope: Scope, subject: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+        self,
+        scope: Scope,
+        subject: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        patch: bool,
     ) -> BudgetView:
         async with self.db() as db, db.begin():
             subject_id = await _subject_id(db, scope, subject)
@@ -135,6 +144,8 @@ class BudgetService:
             names = await _names(db, [row]) if row is not None else {}
             current = _as_given(row, names) if row is not None else {"window": "calendar"}
             wanted = change(current)
+            if patch:
+                _creatable(scope, subject, row, wanted)
             period, window, limits, members = check_budget(
                 scope,
                 wanted.get("period"),
@@ -173,6 +184,22 @@ class BudgetService:
             period_end=None if row.rolling else _when(state, "period_end"),
             checked_at=_when(state, "checked_at"),
             updated_at=row.updated_at,
+        )
+
+
+def _creatable(scope: Scope, subject: str, row: Budget | None, wanted: dict[str, Any]) -> None:
+    """What a patch cannot do, given the budget there is (or is not): a 409 naming it."""
+    if row is None:
+        for name in ("period", "limits"):
+            if wanted.get(name) is None:
+                raise Conflict(
+                    f"{scope} {subject!r} has no budget yet: give {name} to make one",
+                    field=name,
+                )
+    elif not wanted.get("limits"):
+        raise Conflict(
+            f"that removes every limit of the budget of {scope} {subject!r}: remove the budget",
+            field="limits",
         )
 
 

@@ -58,6 +58,8 @@ def _schema(shape: dict[str, Any], *, optional: bool) -> Callable[[dict[str, Any
         kept: dict[str, Any] = {
             k: schema[k] for k in ("title", "description", "default") if k in schema
         }
+        if kept.get("default", "") is None:
+            del kept["default"]  # absent, not null (as problems.py says it for answers)
         schema.clear()
         schema.update(kept)
         schema.update({"anyOf": [shape, {"type": "null"}]} if optional else shape)
@@ -85,8 +87,12 @@ class BudgetSet(Input):
 class BudgetPatch(Input):
     """Only what is given changes; ``null`` removes a limit, a member or all members."""
 
-    period: Period | None = None
-    window: Window | None = None
+    period: Period | None = Field(
+        default=None, json_schema_extra=_schema({"enum": ["day", "week", "month"]}, optional=False)
+    )
+    window: Window | None = Field(
+        default=None, json_schema_extra=_schema({"enum": ["calendar", "rolling"]}, optional=False)
+    )
     limits: dict[str, float | None] | None = Field(
         default=None,
         description=LIMITS,

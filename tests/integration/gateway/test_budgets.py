@@ -180,7 +180,6 @@ async def test_budget_nonsense_is_a_422_naming_the_field(stack: Stack) -> None:
         ("PUT", {**good, "members": {"alice": {"gpu": 11}}}, "members"),
         ("PUT", {**good, "members": {"alice": {"cpu": 1}}}, "members.alice.cpu"),
         ("PUT", {**good, "members": {"alice": {"gpu": 6}, "bob": {"gpu": 5}}}, "members"),
-        ("PATCH", {"limits": {"gpu": 5}}, "period"),  # no budget yet: a period is needed
     ]
     async with stack.client() as admin:
         for method, body, where in cases:
@@ -196,6 +195,10 @@ async def test_budget_nonsense_is_a_422_naming_the_field(stack: Stack) -> None:
             )
             assert r.status_code == status, r.text
             assert r.json()["field"] == f"members.{name}"
+        # a patch that would make a budget without a period: 409, there is none to patch
+        r = await admin.patch("/v1/budgets/project/ml-a", json={"limits": {"gpu": 5}})
+        assert r.status_code == 409, r.text
+        assert r.json()["field"] == "period"
         assert (await admin.get("/v1/budgets")).json() == []  # nothing half-written
         r = await admin.put(
             "/v1/budgets/project/ml-a", json={**good, "members": {"alice": {"gpu": 6}}}
@@ -206,6 +209,9 @@ async def test_budget_nonsense_is_a_422_naming_the_field(stack: Stack) -> None:
         assert r.status_code == 422
         assert r.json()["field"] == "members"
         assert (await admin.get("/v1/budgets/project/ml-a")).json()["limits"] == {"gpu": 10.0}
+        r = await admin.patch("/v1/budgets/project/ml-a", json={"limits": {"gpu": None}})
+        assert r.status_code == 409, r.text  # no limit left: remove the budget instead
+        assert r.json()["field"] == "limits"
         r = await admin.put("/v1/budgets/user/nobody", json=good)
         assert r.status_code == 404
         assert (await admin.delete("/v1/budgets/user/alice")).status_code == 404
