@@ -14,6 +14,7 @@ them all every ``budget_check_s`` (:func:`check_budgets`). A pass reads only the
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,8 @@ from plugins.scheduling.reasons import utc
 from plugins.scheduling.types import Snapshot
 
 __all__ = ["EVENT_TYPES", "add_budget_holds", "check_budget", "check_budgets", "window_of"]
+
+log = logging.getLogger(__name__)
 
 #: the webhook event of each alert level
 EVENT_TYPES = {80: "budget.warning", 100: "budget.exhausted"}
@@ -145,6 +148,8 @@ def _alert(
             **event_row(EVENT_TYPES[threshold], now, owner_id=owner, project_id=project, data=data)
         )
     )
+    who = f"{row.scope} {data['subject']}" + (f" (member {member})" if member else "")
+    log.info("budget of %s at %d %% (%s)", who, threshold, EVENT_TYPES[threshold])
 
 
 async def check_budgets(db: AsyncSession, now: datetime) -> int:
