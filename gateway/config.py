@@ -119,6 +119,9 @@ class GatewaySettings(BaseSettings):
     #: wait before attempt n+1: retry_backoff_s * 2**(retries - 1), at most retry_backoff_max_s
     retry_backoff_s: float = Field(default=1.0, ge=0)
     retry_backoff_max_s: float = Field(default=60.0, ge=0)
+    #: the scheduler checks every budget this often: its alerts, and whether it is spent
+    #: (docs/fair-share.md, Budgets)
+    budget_check_s: float = Field(default=30.0, gt=0)
     #: ``jobgate scheduler run`` serves Prometheus /metrics on this port; unset: not served
     scheduler_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     #: the address it listens on (0.0.0.0 for a Prometheus on another machine)

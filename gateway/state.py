@@ -16,6 +16,7 @@ from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.services.audit import AuditLog
 from gateway.services.blobs import BlobStore
+from gateway.services.budgets import BudgetService
 from gateway.services.endpoints import EndpointService
 from gateway.services.folders import FolderService
 from gateway.services.groups import GroupService
@@ -54,6 +55,7 @@ class AppState:
     users: UserService = field(init=False)
     projects: ProjectService = field(init=False)
     policies: PolicyService = field(init=False)
+    budgets: BudgetService = field(init=False)
     groups: GroupService = field(init=False)
     nodes: NodeService = field(init=False)
     node_credentials: NodeCredentialService = field(init=False)
@@ -67,6 +69,7 @@ class AppState:
         self.users = UserService(self.db, self.keys)
         self.projects = ProjectService(self.db)
         self.policies = PolicyService(self.db)
+        self.budgets = BudgetService(self.db)
         self.groups = GroupService(self.db, self.settings)
         self.nodes = NodeService(self.db, self.pool)
         self.node_credentials = NodeCredentialService(self.db)

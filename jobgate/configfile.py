@@ -4,10 +4,10 @@
 
     {"format": "jobgate-config", "version": 1, "secrets": "excluded",
      "resource_groups": [...], "images": [...], "users": [...], "projects": [...],
-     "policies": [...]}
+     "policies": [...], "budgets": [...]}
 
 One :class:`Section` per kind of object, in :data:`SECTIONS` (the order an import
-applies them: policies name users and projects). Each section reads what the gateway
+applies them: policies and budgets name users and projects). Each section reads what the gateway
 has (``read``) and writes one item (``write``) through the admin API, so an import is
 checked by the same rules as any other request. An import compares each item with what
 is there and writes only what differs: running it twice writes nothing the second time.
@@ -134,6 +134,30 @@ def _write_policy(api: Client, item: Item, now: Item | None) -> str:
     return "created" if now is None else "updated"
 
 
+def _read_budgets(api: Client) -> list[Item]:
+    return [
+        {
+            "scope": b["scope"],
+            "subject": b["subject"],
+            "period": b["period"],
+            "window": b["window"],
+            "limits": b["limits"],
+            "members": {name: m["limits"] for name, m in b["members"].items()},
+        }
+        for b in api.get("/v1/budgets")
+    ]
+
+
+def _write_budget(api: Client, item: Item, now: Item | None) -> str:
+    body = {k: item[k] for k in ("period", "window", "limits")}
+    if item.get("members"):
+        body["members"] = item["members"]
+    api.request(
+        "PUT", f"/v1/budgets/{segment(item['scope'])}/{segment(item['subject'])}", json=body
+    )
+    return "created" if now is None else "updated"
+
+
 SECTIONS: Final = (
     Section("resource_groups", ("name", "description", "scheduler"), _read_groups, _write_group),
     Section("images", ("name", "apps"), _read_images, _write_image),
@@ -144,6 +168,12 @@ SECTIONS: Final = (
         ("scope", "subject", "max_sessions", "max_pending", "max_slots", "max_folder_bytes"),
         _read_policies,
         _write_policy,
+    ),
+    Section(
+        "budgets",
+        ("scope", "subject", "period", "window", "limits", "members"),
+        _read_budgets,
+        _write_budget,
     ),
 )
 #: fields added after the format's first version: files written before them still load

@@ -248,3 +248,33 @@ def table(columns: list[str], rows: list[list[str]]) -> None:
     text = "\n".join(line.rstrip() for line in page.file.getvalue().splitlines())
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _kinds(values: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())) or "-"
+
+
+def budget_rows(found: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per budget (``GET /v1/budgets``), then one per member sub-limit under it
+    (``ml-a/alice``): limits and use in slot-hours per period."""
+    rows = []
+    for b in found:
+        period = f"{b['period']} ({b['window']})"
+        members = [(f"{b['subject']}/{m}", h) for m, h in b["members"].items()]
+        holders = [(b["subject"], b), *members]
+        for name, h in holders:
+            rows.append(
+                [
+                    b["scope"],
+                    name,
+                    period,
+                    _kinds(h["limits"]),
+                    _kinds({k: round(v, 2) for k, v in h["used"].items()}),
+                    f"{h['percent']:.0f}%",
+                    stamp(h["exhausted_until"]),
+                ]
+            )
+    return rows
+
+
+BUDGET_COLUMNS = ["SCOPE", "SUBJECT", "PERIOD", "LIMIT (H)", "USED (H)", "USED", "SPENT UNTIL"]

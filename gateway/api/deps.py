@@ -25,6 +25,7 @@ from gateway.console import cookies as console
 from gateway.domain.errors import Forbidden, Unauthenticated
 from gateway.services.audit import AuditLog
 from gateway.services.blobs import BlobStore
+from gateway.services.budgets import BudgetService
 from gateway.services.endpoints import EndpointService
 from gateway.services.folders import FolderService
 from gateway.services.groups import GroupService
@@ -47,6 +48,7 @@ __all__ = [
     "Admin",
     "AuditLogs",
     "Blobs",
+    "Budgets",
     "CurrentNode",
     "CurrentUser",
     "DbSession",
@@ -142,6 +144,10 @@ async def _webhooks(state: State) -> WebhookService:
     return state.webhooks
 
 
+async def _budgets(state: State) -> BudgetService:
+    return state.budgets
+
+
 async def _usage(state: State) -> UsageService:
     return state.usage
 
@@ -154,6 +160,7 @@ Health = Annotated[HealthService, Depends(_health)]
 Users = Annotated[UserService, Depends(_users)]
 Projects = Annotated[ProjectService, Depends(_projects)]
 Policies = Annotated[PolicyService, Depends(_policies)]
+Budgets = Annotated[BudgetService, Depends(_budgets)]
 Groups = Annotated[GroupService, Depends(_groups)]
 Nodes = Annotated[NodeService, Depends(_nodes)]
 Images = Annotated[ImageService, Depends(_images)]

@@ -61,6 +61,11 @@ ROUTE_SCOPES: Final[dict[str, str | None]] = {
     "GET /v1/resource-groups": READ,
     "PUT /v1/resource-groups/{name}": ADMIN,
     "PATCH /v1/resource-groups/{name}": ADMIN,
+    "GET /v1/budgets": READ,  # admins: all; others their own and their projects'
+    "GET /v1/budgets/{scope}/{subject}": READ,
+    "PUT /v1/budgets/{scope}/{subject}": ADMIN,
+    "PATCH /v1/budgets/{scope}/{subject}": ADMIN,
+    "DELETE /v1/budgets/{scope}/{subject}": ADMIN,
     "GET /v1/policies": ADMIN,
     "PUT /v1/policies/{scope}/{subject}": ADMIN,
     "PATCH /v1/policies/{scope}/{subject}": ADMIN,

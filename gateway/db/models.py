@@ -226,6 +226,32 @@ class ResourcePolicy(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
+class Budget(Base):
+    """Slot-hours a user or project may spend per period (docs/fair-share.md, Budgets).
+
+    ``limits``: kind (gpu | cpu | mem) -> slot-hours; ``members`` (projects only): user id
+    -> kind -> slot-hours, that member's part of the project's budget. ``state`` is what
+    the last check found (gateway/scheduler/budgets.py): per holder ("" for the subject
+    itself, else a member's user id) its alert level, what it spent and until when it is
+    spent, and the calendar period that was counted.
+    """
+
+    __tablename__ = "budgets"
+    __table_args__ = (UniqueConstraint("scope", "subject_id"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    scope: Mapped[str] = mapped_column(String(16))  # user | project
+    subject_id: Mapped[str] = mapped_column(String(36))
+    period: Mapped[str] = mapped_column(String(8))  # day | week | month
+    rolling: Mapped[bool] = mapped_column(Boolean, default=False)
+    limits: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    members: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    state: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: when an admin last changed it (the checks that rewrite ``state`` leave it)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 # ---- nodes ---------------------------------------------------------------------------
 class ResourceGroup(Base):
     __tablename__ = "resource_groups"

@@ -44,6 +44,8 @@ EVENT_TYPES = (
     "session.cancelled",
     "session.terminated",
     "endpoint.degraded",
+    "budget.warning",
+    "budget.exhausted",
 )
 #: the waits before attempts 2..8 (attempt 1 goes at once)
 RETRY_SCHEDULE_S = (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0)

@@ -4,7 +4,8 @@ composes the loops it hosts around an arq worker on the scheduler queue.
 * ``schedule(group)`` jobs, coalesced by job id ``schedule:{group}``, run passes while
   new work keeps arriving;
 * a cron ``tick`` every ``tick_interval_s`` runs a pass for every group with pending
-  sessions (start times that passed, anything a lost request missed) and the reconciler;
+  sessions (start times that passed, anything a lost request missed), the reconciler,
+  and every ``budget_check_s`` the budget watcher (``gateway.loops.budgets``);
 * the inference endpoint controller's loop (``gateway.loops.endpoint_controller``; one leader
   among all scheduler processes, by a Redis lease).
 
@@ -24,6 +25,7 @@ from arq.worker import func
 from contract.keys import SCHEDULER_QUEUE
 from gateway.config import GatewaySettings
 from gateway.db.engine import create_engine, create_session_factory
+from gateway.loops.budgets import BudgetWatcher
 from gateway.loops.endpoint_controller import EndpointController
 from gateway.loops.reconciler import Reconciler
 from gateway.metrics import MetricsServer, SchedulerMetrics
@@ -49,6 +51,11 @@ async def tick(ctx: dict[str, Any]) -> None:
         await reconciler.run()
     except Exception:
         log.exception("reconciler run failed; the next tick retries")
+    budgets: BudgetWatcher = ctx["budgets"]
+    try:
+        await budgets.run_due()
+    except Exception:
+        log.exception("budget check failed; the next tick retries")
     for group in await scheduler.groups_with_pending():
         await scheduler.run_requested(group)
 
@@ -68,6 +75,7 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
     ctx = {
         "scheduler": Scheduler(db, pool, settings, metrics),
         "reconciler": Reconciler(db, pool, settings),
+        "budgets": BudgetWatcher(db, settings, pool),
     }
     worker = make_worker(
         settings.redis_url,

@@ -18,6 +18,7 @@ from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.models import Node, ResourceGroup, Session, SessionDependency
 from gateway.domain.status import SessionStatus
+from gateway.scheduler.budgets import add_budget_holds
 from gateway.scheduler.fairshare import FairShareCache, fair_share_settings, fair_share_view
 from gateway.scheduler.policy import add_policy_view
 from plugins.resources import ResourceSlots
@@ -224,6 +225,8 @@ async def build_snapshot(
         config=planner_config(config),
     )
     await add_policy_view(db, snapshot, deps)
+    if requests:
+        await add_budget_holds(db, snapshot)
     options = fair_share_settings(config) if requests else None
     if options is not None:
         snapshot.fair_share = await (

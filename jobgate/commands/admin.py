@@ -1,8 +1,8 @@
-"""``jobgate admin``: users and keys, projects, resource policies, resource groups, the
-audit log.
+"""``jobgate admin``: users and keys, projects, resource policies, budgets, resource
+groups, the audit log.
 
-``policies set`` and ``groups set`` change only what is given (``PATCH``, a JSON merge
-patch) and print the object as it now is.
+``policies set``, ``budgets set`` and ``groups set`` change only what is given
+(``PATCH``, a JSON merge patch) and print the object as it now is.
 """
 
 from __future__ import annotations
@@ -19,7 +19,19 @@ from rich.markup import escape
 from jobgate.client import segment
 from jobgate.commands import config
 from jobgate.commands.common import OutputOpt, client, parse_bytes, parse_pairs
-from jobgate.render import Output, age, list_or_json, out, print_json, slots_text, stamp
+from jobgate.errors import ApiError
+from jobgate.render import (
+    BUDGET_COLUMNS,
+    Output,
+    age,
+    budget_rows,
+    list_or_json,
+    out,
+    print_json,
+    slots_text,
+    stamp,
+    table,
+)
 
 app = typer.Typer(
     help="Administration (needs an admin key; `bootstrap` makes the first).", no_args_is_help=True
@@ -28,9 +40,13 @@ users = typer.Typer(help="Users and their API keys.", no_args_is_help=True)
 projects = typer.Typer(help="Projects and their members.", no_args_is_help=True)
 policies = typer.Typer(help="Per-user and per-project resource policies.", no_args_is_help=True)
 groups = typer.Typer(help="Resource groups and their scheduler pipelines.", no_args_is_help=True)
+budgets = typer.Typer(
+    help="GPU-, cpu- and mem-hour budgets of users and projects.", no_args_is_help=True
+)
 app.add_typer(users, name="users")
 app.add_typer(projects, name="projects")
 app.add_typer(policies, name="policies")
+app.add_typer(budgets, name="budgets")
 app.add_typer(groups, name="groups")
 
 UserArg = Annotated[str, typer.Argument(help="The user's name.")]
@@ -262,6 +278,109 @@ def policies_rm(scope: ScopeArg, subject: SubjectArg, output: OutputOpt = Output
         print_json({"scope": str(scope), "subject": subject, "removed": True})
     else:
         out.print(f"policy for {scope} {subject} removed")
+
+
+class Period(StrEnum):
+    day = "day"
+    week = "week"
+    month = "month"
+
+
+class Window(StrEnum):
+    calendar = "calendar"
+    rolling = "rolling"
+
+
+BudgetSubjectArg = Annotated[str, typer.Argument(help="The user's or project's name.")]
+
+
+@budgets.command("ls")
+def budgets_ls(output: OutputOpt = Output.table) -> None:
+    """Budgets with what each spent this period (members of a project as PROJECT/USER)."""
+    found: list[dict[str, Any]] = client().get("/v1/budgets")
+    if output == Output.json:
+        print_json(found)
+        return
+    table(BUDGET_COLUMNS, budget_rows(found))
+
+
+def _hours(items: list[str], what: str) -> dict[str, float | None]:
+    body: dict[str, float | None] = {}
+    for kind, text in parse_pairs(items, what).items():
+        try:
+            body[kind] = float(text) if text else None
+        except ValueError:
+            raise ApiError(0, "Usage", f"{what} {kind}: {text!r} is not a number") from None
+    return body
+
+
+@budgets.command("set")
+def budgets_set(
+    scope: Annotated[Scope, typer.Argument(help="Whose budget: user or project.")],
+    subject: BudgetSubjectArg,
+    period: Annotated[Period | None, typer.Option(help="The period the hours are per.")] = None,
+    window: Annotated[
+        Window | None,
+        typer.Option(
+            help="calendar: the UTC day, ISO week or month (the default); rolling: the last "
+            "1, 7 or 30 days."
+        ),
+    ] = None,
+    limit: Annotated[
+        list[str],
+        typer.Option(
+            help="KIND=HOURS per period, KIND one of gpu (every accelerator slot), cpu, mem "
+            "(GiB-hours), e.g. gpu=100; KIND= lifts it; repeatable."
+        ),
+    ] = [],  # noqa: B006
+    member: Annotated[
+        list[str],
+        typer.Option(
+            help="USER:KIND=HOURS, a project member's part of the project's budget; "
+            "USER:KIND= lifts it; repeatable."
+        ),
+    ] = [],  # noqa: B006
+    unset_member: Annotated[
+        list[str], typer.Option(help="Remove this member's sub-limits; repeatable.")
+    ] = [],  # noqa: B006
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a budget or change what is given; the rest stays as it was."""
+    body: dict[str, Any] = {}
+    if period is not None:
+        body["period"] = str(period)
+    if window is not None:
+        body["window"] = str(window)
+    if limit:
+        body["limits"] = _hours(limit, "--limit")
+    members: dict[str, Any] = {name: None for name in unset_member}
+    for item in member:
+        name, sep, pair = item.partition(":")
+        if not sep or not name:
+            raise ApiError(0, "Usage", f"--member must look like USER:KIND=HOURS, got {item!r}")
+        mine = members.get(name) or {}
+        members[name] = mine | _hours([pair], f"--member {name}:")
+    if members:
+        body["members"] = members
+    found = client().patch(f"/v1/budgets/{segment(scope)}/{segment(subject)}", json=body)
+    if output == Output.json:
+        print_json(found)
+        return
+    table(BUDGET_COLUMNS, budget_rows([found]))
+
+
+@budgets.command("rm")
+def budgets_rm(
+    scope: Annotated[Scope, typer.Argument(help="Whose budget: user or project.")],
+    subject: BudgetSubjectArg,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Remove a budget: its sessions are no longer held back by it."""
+    client().delete(f"/v1/budgets/{segment(scope)}/{segment(subject)}")
+    if output == Output.json:
+        print_json({"scope": str(scope), "subject": subject, "removed": True})
+    else:
+        out.print(f"budget of {scope} {subject} removed")
 
 
 def _group_fields(g: dict[str, Any]) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """``jobgate usage``: what ran, in slot-hours, by user, project or group, per hour, day or
 week (GET /v1/usage; docs/usage.md); ``jobgate usage shares``: each project's share,
-decayed usage and fair-share factor (GET /v1/usage/shares; docs/fair-share.md)."""
+decayed usage and fair-share factor (GET /v1/usage/shares; docs/fair-share.md);
+``jobgate usage budgets``: the budgets that apply to the caller (GET /v1/budgets)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from jobgate.commands.common import OutputOpt, client
-from jobgate.render import Output, print_json, table
+from jobgate.render import BUDGET_COLUMNS, Output, budget_rows, print_json, table
 
 #: slots the API counts in byte-seconds are shown in GiB-hours (the rest in amount-hours)
 _GIB = 2**30
@@ -196,3 +197,15 @@ def shares(
             "figures with its default options)",
             file=sys.stderr,
         )
+
+
+@app.command("budgets")
+def budgets(output: OutputOpt = Output.table) -> None:
+    """The budgets that apply to you: your own and your projects' (admins: all), with what
+    each spent this period and, when spent, until when new sessions wait
+    (docs/fair-share.md, Budgets)."""
+    found: list[dict[str, Any]] = client().get("/v1/budgets")
+    if output == Output.json:
+        print_json(found)
+        return
+    table(BUDGET_COLUMNS, budget_rows(found))

@@ -164,6 +164,9 @@ class SchedulerConfig(BaseModel):
     #: runtime can enforce: a CFS quota of 1 ms per 100 ms, Podman's 6 MiB
     min_cpu: MinCpu = Field(default=MIN_CPU, ge=MIN_CPU)
     min_mem: int = Field(default=MIN_MEM, ge=MIN_MEM, le=2**53)
+    #: stop the group's running sessions of a user, project or project member whose budget
+    #: is spent (docs/fair-share.md, Budgets); off: a spent budget only holds new ones back
+    stop_at_budget: bool = False
     #: containers one cluster session may ask for (docs/cluster-sessions.md)
     max_cluster_size: int = Field(default=16, ge=1, le=64)
     #: the cluster modes this group allows

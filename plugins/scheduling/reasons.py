@@ -37,6 +37,7 @@ NO_FIT = "no-fit"  # no node has room now; it may fit later
 UNSCHEDULABLE = "unschedulable"  # no node of the group could hold it even when empty
 BLOCKED = "blocked"  # behind a session that does not fit (fifo head-of-line)
 QUOTA = "quota"
+BUDGET = "budget"  # a budget of slot-hours is spent until a time (docs/fair-share.md)
 DEPENDENCY = "dependency"  # a dependency has not succeeded yet
 DEPENDENCY_FAILED = "dependency-failed"  # cancelled: a dependency failed or was cancelled
 START_TIME = "start-time"

@@ -160,6 +160,9 @@ class Snapshot:
     cluster_capacity: ResourceSlots | None = None
     #: decayed historical usage and shares, for the fair-share sequencer (None: none)
     fair_share: FairShareView | None = None
+    #: spent budgets: ("user", user id), ("project", project id) or ("member",
+    #: "project id/user id") -> when new sessions of theirs may start again
+    budget_holds: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -2,7 +2,9 @@
 
 * ``quota`` - per-user and per-project limits on concurrent sessions and total slots.
   Usage counts the sessions held now (the snapshot) plus those placed earlier in this
-  pass. (The limit on *pending* sessions is the gateway's, at create time.)
+  pass. (The limit on *pending* sessions is the gateway's, at create time.) It also
+  holds back the sessions of a user, project or project member whose budget of
+  slot-hours is spent (``Snapshot.budget_holds``, worked out by the gateway).
 * ``dependencies`` - a session starts only after every session it depends on
   SUCCEEDED; one that ended FAILED, CANCELLED, ERROR or TERMINATED cancels it (and, in
   the same pass, whatever depends on it in turn); a dependency cycle cancels its members.
@@ -42,6 +44,10 @@ class QuotaValidator:
         self.settings = settings
 
     def check(self, request: SessionRequest, ctx: PassContext) -> Verdict | None:
+        if ctx.snapshot.budget_holds:
+            spent = _budget(request, ctx)
+            if spent is not None:
+                return Verdict("wait", r.BUDGET, spent)
         if not ctx.snapshot.user_limits and not ctx.snapshot.project_limits:
             return None  # nobody is limited: nothing to look up
         found = self._scope(ctx, request, "user", request.owner, ctx.user(request.owner))
@@ -73,6 +79,23 @@ class QuotaValidator:
                     )
                     return f"quota: {who} uses {used} of {cap} {slot} (this session asks {ask})"
         return None
+
+
+def _budget(request: SessionRequest, ctx: PassContext) -> str | None:
+    """``budget of project ml-a exhausted until 2026-12-01 00:00 UTC`` (the latest, when
+    several of the session's budgets are spent), or None."""
+    holds = ctx.snapshot.budget_holds
+    user = f"user {ctx.user_name(request.owner)}"
+    keys = [(("user", request.owner), user)]
+    if request.project is not None:
+        project = f"project {ctx.project_name(request.project)}"
+        keys.append((("project", request.project), project))
+        keys.append((("member", f"{request.project}/{request.owner}"), f"{user} in {project}"))
+    spent = [(holds[key], who) for key, who in keys if key in holds]
+    if not spent:
+        return None
+    until, who = max(spent)
+    return f"budget of {who} exhausted until {utc(until):%Y-%m-%d %H:%M} UTC"
 
 
 class DependencyValidator:

@@ -1,4 +1,5 @@
-"""Quotas at create: the resource policies' ``max_pending`` and ``max_slots``, cached."""
+"""Quotas at create: the resource policies' ``max_pending`` and ``max_slots``, and the
+budgets (a session that would spend a whole budget in its first hour), cached."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from sqlalchemy import func, select
 
 from gateway.auth import Principal
 from gateway.db.engine import SessionFactory
-from gateway.db.models import ResourcePolicy, Session
+from gateway.db.models import Budget, ResourcePolicy, Session
+from gateway.domain.budgets import rates
 from gateway.domain.errors import Invalid, QuotaExceeded
 from gateway.domain.requests import SessionCreate
 from gateway.domain.status import SessionStatus
@@ -78,20 +80,36 @@ class Limits:
         subjects = [("user", principal.user_id, f"user {principal.name}")]
         if project_id is not None:
             subjects.append(("project", project_id, f"project {body.project}"))
-        for fresh in (False, True):
-            if fresh:
-                limits = await self.policies(fresh=True)
-            over = _over_limit(limits, subjects, asked)
-            if over is None:
-                return
-        assert over is not None
-        who, slot, limit = over
         each = f" ({body.cluster_size} containers)" if body.cluster_size > 1 else ""
-        raise Invalid(
-            f"quota: {who} may hold at most {format_amount(slot, limit)} {slot}; this session "
-            f"asks for {format_amount(slot, asked[slot])}{each}, so it could never start",
-            field=f"resources.{slot}",
-        )
+        over = _over_limit(limits, subjects, asked)
+        if over is not None:
+            limits = await self.policies(fresh=True)
+            over = _over_limit(limits, subjects, asked)
+        if over is not None:
+            who, slot, limit = over
+            raise Invalid(
+                f"quota: {who} may hold at most {format_amount(slot, limit)} {slot}; this "
+                f"session asks for {format_amount(slot, asked[slot])}{each}, so it could never "
+                "start",
+                field=f"resources.{slot}",
+            )
+        if project_id is not None:
+            member = f"user {principal.name} in project {body.project}"
+            subjects.append(("member", f"{project_id}/{principal.user_id}", member))
+        spent = _over_budget(limits, subjects, asked)
+        if spent is not None:
+            limits = await self.policies(fresh=True)
+            spent = _over_budget(limits, subjects, asked)
+        if spent is not None:
+            who, kind, period, budget, rate = spent
+            slot = kind if kind != "gpu" else next(s for s in sorted(asked) if s not in _NOT_GPU)
+            unit = "GiB-hours" if kind == "mem" else f"{kind}-hours"
+            raise Invalid(
+                f"budget: {who} may spend {budget:g} {unit} per {period}; this session holds "
+                f"{rate:g} {kind if kind != 'mem' else 'GiB of mem'}{each} at once, more than "
+                "that whole budget in its first hour",
+                field=f"resources.{slot}",
+            )
 
     async def policies(self, *, fresh: bool = False) -> Policies:
         """The policies' max_pending and max_slots, re-read every few seconds (policies
@@ -112,6 +130,15 @@ class Limits:
                 if pending is not None:
                     limits.pending[scope, subject] = pending
                 limits.slots[scope, subject] = ResourceSlots.from_json(slots) if slots else None
+            budgets = await db.execute(
+                select(
+                    Budget.scope, Budget.subject_id, Budget.period, Budget.limits, Budget.members
+                )
+            )
+            for scope, subject, period, amounts, members in budgets:
+                limits.budgets[scope, subject] = (period, dict(amounts))
+                for uid, mine in members.items():
+                    limits.budgets["member", f"{subject}/{uid}"] = (period, dict(mine))
         return self._cache.put(limits)
 
 
@@ -123,6 +150,9 @@ class Policies:
     pending: dict[tuple[str, str], int] = field(default_factory=dict)
     #: (scope, subject) -> max_slots (None: unlimited), for every policy
     slots: dict[tuple[str, str], ResourceSlots | None] = field(default_factory=dict)
+    #: (scope, subject) -> (period, kind -> slot-hours) of every budget; a member's
+    #: sub-limits under ("member", "project id/user id")
+    budgets: dict[tuple[str, str], tuple[str, dict[str, float]]] = field(default_factory=dict)
 
     def max_pending(self, scope: str, subject: str) -> int | None:
         """The max_pending that applies to *subject*: its own, else its scope's default."""
@@ -146,6 +176,29 @@ def _over_limit(
         for slot, limit in sorted(most.items()):
             if asked[slot] > limit:
                 return who, slot, limit
+    return None
+
+
+_NOT_GPU = frozenset({"cpu", "mem"})
+
+
+def _over_budget(
+    limits: Policies, subjects: list[tuple[str, str, str]], asked: ResourceSlots
+) -> tuple[str, str, str, float, float] | None:
+    """The first (who, kind, period, budget, rate) of *subjects* whose budget *asked*
+    would spend whole within an hour: budgets are slot-hours, so a session holding more
+    than a whole budget at once overspends it before it could be stopped."""
+    if not limits.budgets:
+        return None
+    held = rates(asked.to_json())
+    for scope, subject, who in subjects:
+        found = limits.budgets.get((scope, subject))
+        if found is None:
+            continue
+        period, amounts = found
+        for kind, budget in sorted(amounts.items()):
+            if held.get(kind, 0.0) > budget * (1 + 1e-12):
+                return who, kind, period, budget, round(held[kind], 6)
     return None
 
 

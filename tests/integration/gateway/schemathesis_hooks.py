@@ -40,6 +40,9 @@ generated as schema-valid (negative cases stay as they were drawn):
 * Text never holds a NUL (``\\u0000``): PostgreSQL cannot store one in text or JSON, and
   the gateway answers a 422 naming it wherever a field's pattern does not already say
   so (``gateway.api.problems``): valid cases with a NUL in any string are not drawn.
+* A budget's member sub-limits name kinds its project's budget limits and add up to at
+  most it, and only a project's budget has members (``gateway.domain.budgets``): valid
+  ``PUT /v1/budgets/...`` cases that break it are not drawn.
 * A container's cpu and mem are at least its resource group's ``min_cpu`` and
   ``min_mem`` (0.01 and 6 MiB unless the group raises them: a group's configuration is
   state, 422 at submit): valid sessions, templates and endpoints that ask for less
@@ -63,6 +66,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from contract.blobs import DIGEST_PATTERN
 from gateway.domain.audit import time_range
+from gateway.domain.budgets import check_budget
 from gateway.domain.errors import Invalid
 from gateway.domain.hooks import check_filters
 from gateway.domain.usage import report_range
@@ -189,6 +193,22 @@ def _audit_refused(query: dict[str, Any]) -> bool:
     return False
 
 
+def _budget_sound(scope: object, body: dict[str, Any]) -> bool:
+    """Whether the server takes this budget's members (kinds its limits hold, adding up to
+    at most them; a project's budget only)."""
+    try:
+        check_budget(
+            str(scope),
+            body.get("period"),
+            body.get("window", "calendar"),
+            body.get("limits"),
+            body.get("members"),
+        )
+    except Invalid:
+        return False
+    return True
+
+
 def _holds_nul(value: object) -> bool:
     if isinstance(value, str):
         return "\x00" in value
@@ -220,6 +240,10 @@ def filter_case(ctx: Any, case: Any) -> bool:
         return False
     if route[1] == "/v1/resource-groups/{name}" and not _fifo_ordered(body.get("scheduler")):
         return False
+    if route == ("PUT", "/v1/budgets/{scope}/{subject}") and not _budget_sound(
+        (case.path_parameters or {}).get("scope"), body
+    ):
+        return False
     return _body_accepted(route, body)
 
 
@@ -229,6 +253,7 @@ def _body_accepted(route: tuple[str, str], body: dict[str, Any]) -> bool:
         return not body.get("depends_on") or body.get("type", "batch") == "batch"
     if route == ("POST", "/v1/endpoints/{name}/scale"):
         return _scale_ordered(body)
+
     if route == ("POST", "/v1/triggers"):
         return _trigger_fires(body)
     if route == ("POST", "/v1/templates") and isinstance(body.get("params"), list):

@@ -74,6 +74,12 @@ MATRIX: dict[str, str] = {
     "PUT /v1/images/{name}": ADMIN,
     # a private image its owner and admins (anyone else: 404); a public one admins (403)
     "DELETE /v1/images/{name}": USER,
+    # budgets: admins set them; a user reads their own and their projects' (test_budgets.py)
+    "GET /v1/budgets": USER,
+    "GET /v1/budgets/{scope}/{subject}": SELF,
+    "PUT /v1/budgets/{scope}/{subject}": ADMIN,
+    "PATCH /v1/budgets/{scope}/{subject}": ADMIN,
+    "DELETE /v1/budgets/{scope}/{subject}": ADMIN,
     "GET /v1/policies": ADMIN,
     "PUT /v1/policies/{scope}/{subject}": ADMIN,
     "PATCH /v1/policies/{scope}/{subject}": ADMIN,
@@ -313,6 +319,8 @@ async def _walk(
         name_values = dict(w.values)
         if template.startswith("/v1/users/{name}"):
             name_values["name"] = "alice"  # the owner's own keys
+        if template.startswith("/v1/budgets/{scope}"):
+            name_values["subject"] = "alice"  # the owner's own budget (she has none: 404)
         if template.startswith("/v1/endpoints/{name}"):
             name_values["name"] = name_values["endpoint"]  # alice's endpoint
         path = template.format(**name_values)

@@ -72,6 +72,11 @@ async def configure(stack: Stack) -> None:
             ),
             ("PUT", "/v1/policies/project/vision", {"max_pending": 50}),
             ("PUT", "/v1/policies/user/*", {"max_sessions": 10}),
+            (
+                "PUT",
+                "/v1/budgets/project/vision",
+                {"period": "week", "limits": {"gpu": 100}, "members": {"alice": {"gpu": 60}}},
+            ),
         ]
         for method, path, body in calls:
             r = await api.request(method, path, json=body)
@@ -104,6 +109,16 @@ async def test_export_then_import_twice_into_another_deployment(
     alice = next(p for p in doc["policies"] if p["subject"] == "alice")
     assert alice["max_sessions"] == 3
     assert doc["images"][0]["apps"]["jupyter"]["port"] == 8888
+    assert doc["budgets"] == [
+        {
+            "scope": "project",
+            "subject": "vision",
+            "period": "week",
+            "window": "calendar",
+            "limits": {"gpu": 100.0},
+            "members": {"alice": {"gpu": 60.0}},
+        }
+    ]
 
     # a second deployment: its own SQLite database, gateway and Redis database
     parts = urlsplit(redis_url)
@@ -130,8 +145,8 @@ async def test_export_then_import_twice_into_another_deployment(
 
         repeat = await cli(second, "import", str(file))
         assert repeat.returncode == 0, repeat.stderr
-        # 2 groups, 1 image, 3 users (admin too), 1 project, 3 policies: nothing written
-        assert repeat.stdout.strip().endswith("0 created, 0 updated, 10 unchanged, 0 skipped")
+        # 2 groups, 1 image, 3 users (admin too), 1 project, 3 policies, 1 budget: nothing
+        assert repeat.stdout.strip().endswith("0 created, 0 updated, 11 unchanged, 0 skipped")
 
         changed = json.loads(text)
         next(p for p in changed["policies"] if p["subject"] == "alice")["max_sessions"] = 5
@@ -139,7 +154,7 @@ async def test_export_then_import_twice_into_another_deployment(
         third = await cli(second, "import", str(file))
         assert third.returncode == 0, third.stderr
         assert "updated policy user/alice" in third.stdout
-        assert "0 created, 1 updated, 9 unchanged" in third.stdout
+        assert "0 created, 1 updated, 10 unchanged" in third.stdout
         async with second.client() as api:
             got = (await api.get("/v1/policies")).json()
         assert next(p for p in got if p["subject"] == "alice")["max_sessions"] == 5

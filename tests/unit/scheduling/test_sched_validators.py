@@ -109,6 +109,54 @@ def test_quotas(
     assert all(result.codes[s] == reasons.QUOTA for s in waiting)
 
 
+UNTIL = NOW + timedelta(hours=10, minutes=12)
+LATER = NOW + timedelta(days=3)
+
+
+@pytest.mark.parametrize(
+    ("holds", "waiting"),
+    [
+        pytest.param(
+            {("project", "p1"): UNTIL},
+            {"s1": "budget of project ml-a exhausted until 2026-11-21 00:00 UTC"},
+            id="project-spent-holds-its-sessions-only",
+        ),
+        pytest.param(
+            {("user", "alice"): UNTIL},
+            {"s1": "budget of user alice exhausted until 2026-11-21 00:00 UTC"},
+            id="user-spent",
+        ),
+        pytest.param(
+            {("member", "p1/alice"): UNTIL},
+            {"s1": "budget of user alice in project ml-a exhausted until 2026-11-21 00:00 UTC"},
+            id="member-sub-limit-spent",
+        ),
+        pytest.param(
+            {("member", "p2/alice"): UNTIL},
+            {},
+            id="a-member-limit-of-another-project-does-not-apply",
+        ),
+        pytest.param(
+            {("project", "p1"): UNTIL, ("user", "alice"): LATER},
+            {"s1": "budget of user alice exhausted until 2026-11-23 13:48 UTC"},
+            id="the-latest-of-several-is-named",
+        ),
+    ],
+)
+def test_spent_budgets_hold_sessions_back(
+    holds: dict[tuple[str, str], datetime], waiting: dict[str, str]
+) -> None:
+    pending = [
+        session("s1", owner="alice", project="p1", at=0),
+        session("s2", owner="bob", project="p2", at=1),
+    ]
+    names = {"project_names": {"p1": "ml-a", "p2": "ml-b"}}
+    result = plan(snapshot(BIG, pending, budget_holds=holds, **names))
+    assert result.waiting == waiting
+    assert "s2" in order_placed(result)  # another project's session runs meanwhile
+    assert all(result.codes[s] == reasons.BUDGET for s in waiting)
+
+
 DEP = "7f3a1c2d-5b6e-4f70-8a91-b2c3d4e5f607"
 
 
