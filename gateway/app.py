@@ -51,7 +51,7 @@ from gateway.api.routes import (
 )
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
-from gateway.db.engine import SessionFactory, create_engine, create_session_factory
+from gateway.db.engine import SessionFactory, create_engine, create_session_factory, dispose
 from gateway.loops.consumer import events_worker
 from gateway.loops.deliverer import Deliverer
 from gateway.loops.events import EventHandler
@@ -139,7 +139,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             if task is not None and consumer is not None:
                 await queue.stop(consumer, task)
             await pool.aclose()
-            await engine.dispose()
+            await dispose(engine)
 
     app = FastAPI(
         title="jobgate",

@@ -11,10 +11,19 @@ A driver's complaint about a value (PostgreSQL's data exceptions, SQLSTATE class
 asyncpg's refusal to encode an integer over a column's range; SQLite's OverflowError for
 an integer over 64 bits) is raised as SQLAlchemy's ``DataError`` whatever the driver
 calls it, so that :func:`unavailable` can tell a bad value from an outage by class.
+
+:func:`dispose` ends an engine for good: what ``engine.dispose()`` closes (the pool's
+idle connections), and then any PostgreSQL connection the engine opened that is still
+open. A task cancelled while the pool was setting up a new connection, or while it was
+giving one back, can leave the driver's connection outside the pool (SQLAlchemy #8145,
+asyncpg #1156): nothing would ever close its socket.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import weakref
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -28,7 +37,9 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-__all__ = ["SessionFactory", "create_engine", "create_session_factory", "unavailable"]
+__all__ = ["SessionFactory", "create_engine", "create_session_factory", "dispose", "unavailable"]
+
+log = logging.getLogger(__name__)
 
 SessionFactory = async_sessionmaker[AsyncSession]
 
@@ -55,7 +66,38 @@ def create_engine(url: str, *, echo: bool = False, pool_size: int = 20) -> Async
         pool_recycle=1800,
     )
     _data_errors(engine, _asyncpg_data_errors())
+    _track_connections(engine)
     return engine
+
+
+#: engine -> the driver connections it opened (both weakly: a closed one is forgotten)
+_OPENED: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+
+
+def _track_connections(engine: AsyncEngine) -> None:
+    opened: weakref.WeakSet[Any] = weakref.WeakSet()
+    _OPENED[engine.sync_engine] = opened
+
+    # first of the connect listeners: before the dialect's own set-up, whose round trips
+    # are where a cancelled task leaves a connection the pool never got
+    @event.listens_for(engine.sync_engine, "connect", insert=True)
+    def _opened(dbapi_connection: Any, _record: Any) -> None:
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        if driver is not None:
+            opened.add(driver)
+
+
+async def dispose(engine: AsyncEngine) -> None:
+    """``engine.dispose()``, then close (at once, without a round trip) every connection
+    the engine opened that is still open: ones a cancelled task left outside the pool.
+    For the end of a component, when nothing uses the engine any more."""
+    await engine.dispose()
+    left = [c for c in _OPENED.get(engine.sync_engine, ()) if not c.is_closed()]
+    for connection in left:
+        connection.terminate()
+    if left:
+        log.info("closed %d database connection(s) that cancelled work left open", len(left))
+        await asyncio.sleep(0)  # the transports close on the loop's next turn
 
 
 def _asyncpg_data_errors() -> tuple[type[BaseException], ...]:

@@ -24,7 +24,7 @@ from arq.worker import func
 
 from contract.keys import SCHEDULER_QUEUE
 from gateway.config import GatewaySettings
-from gateway.db.engine import create_engine, create_session_factory
+from gateway.db.engine import create_engine, create_session_factory, dispose
 from gateway.loops.budgets import BudgetWatcher
 from gateway.loops.endpoint_controller import EndpointController
 from gateway.loops.reconciler import Reconciler
@@ -112,4 +112,4 @@ async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = Tru
         await queue.stop(worker, main)
         await server.close()
         await pool.aclose()
-        await engine.dispose()
+        await dispose(engine)
