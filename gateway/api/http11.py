@@ -160,6 +160,8 @@ class GatewayCycle(RequestResponseCycle):
             return None
         if self.response_started or self.held != self.received:
             return None  # some of the body went to receive() already
+        if self.received == length:
+            return None  # the parser has all of it: receive() it, the connection stays
         if self.waiting_for_100_continue and not self.transport.is_closing():
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.waiting_for_100_continue = False
@@ -196,6 +198,8 @@ class GatewayCycle(RequestResponseCycle):
             await super().send(message)
             return
         zc: dict[str, Any] = dict(message)
+        if self.disconnected:
+            return  # as uvicorn's send() does: the client left, perhaps before the head
         if not self.response_started or self.response_complete:
             raise RuntimeError(f"'{ZEROCOPY}' needs a started, unfinished response")
         if self.chunked_encoding:
@@ -259,7 +263,12 @@ async def _in_thread(work: Any, fds: tuple[int, int], *args: Any) -> int:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             loop.call_soon_threadsafe(_settle, done, result)
 
-    threading.Thread(target=run, name=work.__name__.strip("_"), daemon=True).start()
+    try:
+        threading.Thread(target=run, name=work.__name__.strip("_"), daemon=True).start()
+    except RuntimeError:  # no thread to be had: the descriptors were the thread's to close
+        for fd in fds:
+            os.close(fd)
+        raise
     try:
         return await asyncio.shield(done)
     finally:

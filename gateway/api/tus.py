@@ -96,12 +96,14 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not header or not header.startswith("bytes=") or "," in header:
         return None  # no range, another unit, or several ranges: the whole file (RFC 9110)
     first, sep, last = header.removeprefix("bytes=").strip().partition("-")
-    if not sep or not (first.isdigit() or last.isdigit()):
+    if not sep or not (first + last).isascii():  # "²".isdigit(), yet int("²") fails
+        return None
+    if not (first.isdigit() or last.isdigit()):
         return None
     if not first:
         length = int(last)
-        if length == 0:
-            raise Unsatisfiable(f"an empty suffix range of a {size}-byte file")
+        if length == 0 or size == 0:
+            raise Unsatisfiable(f"a suffix range of {length} bytes of a {size}-byte file")
         return max(0, size - length), size - 1
     start = int(first)
     end = min(int(last), size - 1) if last.isdigit() else size - 1

@@ -51,6 +51,8 @@ THRESHOLDS: Final = (80, 100)
 ROLLING: Final = {"day": timedelta(days=1), "week": timedelta(days=7), "month": timedelta(days=30)}
 #: the largest amount one budget may hold (slot-hours)
 MAX_AMOUNT: Final = 1e12
+#: the smallest (3.6 slot-seconds): below it a percentage of it overflows a float
+MIN_AMOUNT: Final = 0.001
 GIB: Final = 2**30
 
 
@@ -208,9 +210,10 @@ def _amounts(value: object, field: str) -> dict[str, float]:
             number = float(Decimal(str(amount)))
         except InvalidOperation:
             raise Invalid(f"{where} must be a number of slot-hours", field=where) from None
-        if not math.isfinite(number) or number <= 0:
+        if not math.isfinite(number) or number < MIN_AMOUNT:
             raise Invalid(
-                f"{where} must be above 0 slot-hours (got {amount}); to lift it, remove it",
+                f"{where} must be at least {MIN_AMOUNT:g} slot-hours (got {amount}); to lift "
+                "it, remove it",
                 field=where,
             )
         if number > MAX_AMOUNT:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal
@@ -131,6 +132,21 @@ class BudgetService:
             await db.delete(row)
 
     async def _write(
+        self,
+        scope: Scope,
+        subject: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        patch: bool,
+    ) -> BudgetView:
+        try:
+            return await self._write_once(scope, subject, change, patch=patch)
+        except IntegrityError:
+            # two writes created the same budget at once (no row to lock yet): the loser
+            # runs again, now as a change of the row the winner made
+            return await self._write_once(scope, subject, change, patch=patch)
+
+    async def _write_once(
         self,
         scope: Scope,
         subject: str,

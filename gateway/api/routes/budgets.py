@@ -18,7 +18,7 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, Field
 
 from gateway.api.deps import Admin, Budgets, CurrentUser
-from gateway.domain.budgets import KINDS, MAX_AMOUNT
+from gateway.domain.budgets import KINDS, MAX_AMOUNT, MIN_AMOUNT
 from gateway.domain.requests import Input
 from gateway.services.budgets import BudgetView, HolderView, Scope
 
@@ -33,8 +33,9 @@ LIMITS = (
 
 
 def _limits_schema(*, null: bool) -> dict[str, Any]:
-    """gpu, cpu and mem, each above 0 (``null``: removed, in a patch); nothing else."""
-    amount: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_AMOUNT}
+    """gpu, cpu and mem, each MIN_AMOUNT or more (``null``: removed, in a patch); nothing
+    else."""
+    amount: dict[str, Any] = {"type": "number", "minimum": MIN_AMOUNT, "maximum": MAX_AMOUNT}
     value = {"anyOf": [amount, {"type": "null"}]} if null else amount
     schema: dict[str, Any] = {
         "type": "object",

@@ -10,6 +10,7 @@ with whole-minute times, so the expected "until" follows from them exactly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -385,3 +386,18 @@ async def test_soft_limits_alert_once_per_crossing(quick_stack: Stack, receiver:
 
     await until(checked_again, timeout=20, what="two more checks")
     assert receiver.events() == [("budget.warning", 80), ("budget.exhausted", 100)]
+
+
+async def test_writes_that_create_one_budget_at_once_all_succeed(stack: Stack) -> None:
+    """No row to lock yet: the writes that lose the race run again as changes."""
+    await _member(stack, "carol", "race")
+    async with stack.client() as admin:
+        answers = await asyncio.gather(
+            *(
+                admin.put("/v1/budgets/project/race", json={"period": "day", "limits": {"gpu": n}})
+                for n in range(1, 7)
+            )
+        )
+        assert [r.status_code for r in answers] == [200] * 6, [r.text for r in answers]
+        final = (await admin.get("/v1/budgets/project/race")).json()
+    assert final["limits"]["gpu"] in range(1, 7)

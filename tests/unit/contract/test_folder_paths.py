@@ -73,6 +73,8 @@ def test_permissions_nest() -> None:
         ("bytes=0-1,5-6", None),  # several ranges: the whole file
         ("items=0-1", None),
         ("bytes=x-y", None),
+        ("bytes=\u00b2-", None),  # a digit to str.isdigit(), not to int(): ignored, not a 500
+        ("bytes=1-\u00b2", None),
     ],
 )
 def test_ranges_of_a_100_byte_file(header: str | None, want: tuple[int, int] | None) -> None:
@@ -83,6 +85,11 @@ def test_ranges_of_a_100_byte_file(header: str | None, want: tuple[int, int] | N
 def test_ranges_outside_the_file_are_unsatisfiable(header: str) -> None:
     with pytest.raises(Unsatisfiable):
         _range(header, 100)
+
+
+def test_no_suffix_range_of_an_empty_file_is_satisfiable() -> None:
+    with pytest.raises(Unsatisfiable):  # was (0, -1): "Content-Range: bytes 0--1/0"
+        _range("bytes=-5", 0)
 
 
 @pytest.mark.parametrize(

@@ -170,6 +170,8 @@ def test_a_budget_is_normalised() -> None:
         (("project", "day", "sliding", {"gpu": 1}, None), "window"),
         (("project", "day", "calendar", {"gpu": -1}, None), "limits.gpu"),
         (("project", "day", "calendar", {"gpu": 0}, None), "limits.gpu"),
+        # so small a percentage of it overflows a float (and every read would fail)
+        (("project", "day", "calendar", {"gpu": 1e-310}, None), "limits.gpu"),
         (("project", "day", "calendar", {"gpu": float("nan")}, None), "limits.gpu"),
         (("project", "day", "calendar", {"gpus": 1}, None), "limits.gpus"),
         (("project", "day", "calendar", {"cuda.device": 1}, None), "limits.cuda.device"),
