@@ -40,6 +40,7 @@ import logging
 import os
 import select
 import threading
+import time
 from typing import Any
 
 from uvicorn._types import ASGIReceiveEvent, ASGISendEvent
@@ -55,6 +56,12 @@ ZEROCOPY = "http.response.zerocopy"
 SENDFILE_MAX = 1 << 30
 #: how often a thread waiting for the socket to drain looks whether it should stop
 POLL_MS = 200
+#: a transfer whose peer moved no byte for this long ends (a thread is not held for ever
+#: by a client that stalls without closing)
+IDLE_S = 300.0
+#: transfers in threads at once; above it, new requests are offered neither extension
+#: and take the ordinary (streamed) path, so stalled clients cannot pile up threads
+MAX_TRANSFERS = 64
 #: the request body's bytes written to a file by splice (``BodyToFile`` in the extension)
 BODY_TO_FILE = "jobgate.request.body_to_file"
 #: one splice through the pipe (Linux's default cap on a pipe's size)
@@ -81,10 +88,13 @@ def _splice(sock: int, file: int, head: list[bytes], count: int, stop: threading
             poller = select.poll()
             poller.register(sock, select.POLLIN)
             left = count
+            last = time.monotonic()
             while left and not stop.is_set():
                 try:
                     moved = os.splice(sock, w, min(left, PIPE_SIZE))
                 except BlockingIOError:
+                    if time.monotonic() - last > IDLE_S:
+                        break  # the peer stalled: what arrived stays
                     poller.poll(POLL_MS)  # the peer sends slower than the disk takes
                     continue
                 except ConnectionError:
@@ -92,6 +102,7 @@ def _splice(sock: int, file: int, head: list[bytes], count: int, stop: threading
                 if not moved:
                     break  # the peer closed: what arrived stays
                 left -= moved
+                last = time.monotonic()
                 while moved:
                     n = os.splice(r, file, moved)
                     moved -= n
@@ -112,16 +123,20 @@ def _sendfile(sock: int, file: int, offset: int, count: int, stop: threading.Eve
     sent = 0
     poller = select.poll()
     poller.register(sock, select.POLLOUT)
+    last = time.monotonic()
     try:
         while sent < count and not stop.is_set():
             try:
                 n = os.sendfile(sock, file, offset + sent, min(count - sent, SENDFILE_MAX))
             except BlockingIOError:
+                if time.monotonic() - last > IDLE_S:
+                    break  # the peer stopped reading
                 poller.poll(POLL_MS)  # the peer reads slower than the disk: wait for room
                 continue
             if n == 0:
                 break  # end of file: it was truncated after the headers went out
             sent += n
+            last = time.monotonic()
         return sent
     finally:
         os.close(sock)
@@ -250,6 +265,7 @@ async def _in_thread(work: Any, fds: tuple[int, int], *args: Any) -> int:
     """``work(*fds, *args, stop)`` in a thread of its own (never the default executor's:
     a slow peer holds it for as long as it is slow); its OSError is raised here.
     Cancelled (shutdown): *stop* is set, and the thread ends within POLL_MS."""
+    global _active
     loop = asyncio.get_running_loop()
     done: asyncio.Future[int] = loop.create_future()
     stop = threading.Event()
@@ -269,10 +285,17 @@ async def _in_thread(work: Any, fds: tuple[int, int], *args: Any) -> int:
         for fd in fds:
             os.close(fd)
         raise
+    _active += 1
     try:
         return await asyncio.shield(done)
     finally:
+        _active -= 1
         stop.set()
+
+
+#: transfers in threads now (counted on the event loop; a cancelled one's thread ends
+#: within POLL_MS of leaving the count)
+_active = 0
 
 
 def _settle(future: asyncio.Future[int], result: int | OSError) -> None:
@@ -299,7 +322,11 @@ class GatewayProtocol(HttpToolsProtocol):
         cycle.__class__ = GatewayCycle
         assert isinstance(cycle, GatewayCycle)
         cycle.adopt()
-        if self.scheme == "http" and self.transport.get_extra_info("socket") is not None:
+        if (
+            self.scheme == "http"
+            and _active < MAX_TRANSFERS
+            and self.transport.get_extra_info("socket") is not None
+        ):
             extensions: dict[str, dict[object, object]] = self.scope.setdefault("extensions", {})
             extensions[ZEROCOPY] = {}
             extensions[BODY_TO_FILE] = {"write": cycle.body_to_file}
