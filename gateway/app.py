@@ -55,7 +55,7 @@ from gateway.db.engine import SessionFactory, create_engine, create_session_fact
 from gateway.loops.consumer import events_worker
 from gateway.loops.deliverer import Deliverer
 from gateway.loops.events import EventHandler
-from gateway.loops.pruning import RETENTION_EVERY_S, repeat
+from gateway.loops.pruning import FINISH_S, RETENTION_EVERY_S, repeat
 from gateway.metrics import (
     CONTENT_TYPE,
     USAGE_SECONDS,
@@ -124,12 +124,20 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             task = asyncio.create_task(queue.run(consumer))
         pruning = _pruning_loops(settings, db, blob_store, folder_service.fs)
         deliverer = Deliverer(db, settings) if settings.webhook_deliverer else None
-        delivering = asyncio.create_task(deliverer.run()) if deliverer is not None else None
+        stop_delivering = asyncio.Event()
+        delivering = (
+            asyncio.create_task(deliverer.run(stop_delivering)) if deliverer is not None else None
+        )
         try:
             yield
         finally:
             if delivering is not None and deliverer is not None:
-                delivering.cancel()
+                # the round under way ends first: one cancelled inside a database call
+                # can leave its connection's socket open (asyncpg #1156)
+                stop_delivering.set()
+                _, late = await asyncio.wait({delivering}, timeout=FINISH_S)
+                for round_ in late:
+                    round_.cancel()
                 await asyncio.gather(delivering, return_exceptions=True)
                 await deliverer.close()
             for loop in pruning:

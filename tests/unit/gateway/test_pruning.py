@@ -42,3 +42,26 @@ async def test_a_failure_of_another_kind_ends_the_loop() -> None:
 
     with pytest.raises(ValueError, match="a bug"):
         await repeat(job, 0, "old things", at_once=True, errors=(OSError,))
+
+
+async def test_a_stop_lets_the_round_under_way_end_first() -> None:
+    """A round cancelled inside a database call can leave its connection's socket open:
+    cancelling the loop waits for the round, which ends as it would have."""
+    started, release = asyncio.Event(), asyncio.Event()
+    ended: list[str] = []
+
+    async def job() -> int:
+        started.set()
+        await release.wait()
+        ended.append("whole")
+        return 0
+
+    loop = asyncio.create_task(repeat(job, 60, "old things", at_once=True))
+    await started.wait()
+    loop.cancel()
+    await asyncio.sleep(0)
+    assert not loop.done()  # still waiting for its round
+    release.set()
+    await asyncio.gather(loop, return_exceptions=True)
+    assert loop.cancelled()
+    assert ended == ["whole"]
