@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import insert, select
 
-from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import AuditRecord
+from gateway.db.retention import PRUNE_BATCH, PRUNE_BATCHES, prune_older
 from gateway.db.tables import AUDIT
 from gateway.domain.audit import AuditEntry, time_range
 
 __all__ = ["AuditFilters", "AuditLog", "AuditRecord", "prune_audit"]
-
-PRUNE_BATCH = 500
-PRUNE_BATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -104,26 +101,6 @@ class AuditLog:
 async def prune_audit(
     db: SessionFactory, days: float, batch: int = PRUNE_BATCH, batches: int = PRUNE_BATCHES
 ) -> int:
-    """Delete the rows of requests made more than *days* ago (0: keep them forever). Each
-    batch is its own transaction of at most *batch* rows claimed ``SKIP LOCKED``; at most
-    *batches*, the rest next time. Returns how many it deleted."""
-    if days <= 0:
-        return 0
-    async with db() as session:
-        cutoff = await db_now(session) - timedelta(days=days)
-    old = (
-        select(AuditRecord.id)
-        .where(AuditRecord.at < cutoff)
-        .limit(batch)
-        .with_for_update(skip_locked=True)
-    )
-    deleted = 0
-    for _ in range(batches):
-        async with db() as session, session.begin():
-            ids = list((await session.execute(old)).scalars())
-            if ids:
-                await session.execute(delete(AuditRecord).where(AuditRecord.id.in_(ids)))
-        deleted += len(ids)
-        if len(ids) < batch:
-            break
-    return deleted
+    """Delete the rows of requests made more than *days* ago (0: keep them forever), in
+    ``SKIP LOCKED`` batches (:mod:`gateway.db.retention`); how many it deleted."""
+    return await prune_older(db, AuditRecord.id, AuditRecord.at, days, batch, batches)

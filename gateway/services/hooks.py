@@ -26,16 +26,15 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth import Principal
-from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import HookDelivery, HookTrigger, JobTemplate, User
+from gateway.db.retention import PRUNE_BATCH, PRUNE_BATCHES, prune_older
 from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound, Unauthenticated
 from gateway.domain.hooks import (
     EVENT_FIELDS,
@@ -65,9 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-#: retention: a prune deletes at most PRUNE_BATCHES batches
-PRUNE_BATCH = 500
-PRUNE_BATCHES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,29 +254,9 @@ class HookService:
 async def prune_deliveries(
     db: SessionFactory, days: float, batch: int = PRUNE_BATCH, batches: int = PRUNE_BATCHES
 ) -> int:
-    """Delete the deliveries received more than *days* ago (0: keep them forever).
-    Each batch is its own transaction of at most *batch* rows claimed ``SKIP LOCKED``;
-    at most *batches*, the rest next time. Returns how many it deleted."""
-    if days <= 0:
-        return 0
-    async with db() as session:
-        cutoff = await db_now(session) - timedelta(days=days)
-    old = (
-        select(HookDelivery.id)
-        .where(HookDelivery.created_at < cutoff)
-        .limit(batch)
-        .with_for_update(skip_locked=True)
-    )
-    deleted = 0
-    for _ in range(batches):
-        async with db() as session, session.begin():
-            ids = list((await session.execute(old)).scalars())
-            if ids:
-                await session.execute(delete(HookDelivery).where(HookDelivery.id.in_(ids)))
-        deleted += len(ids)
-        if len(ids) < batch:
-            break
-    return deleted
+    """Delete the deliveries received more than *days* ago (0: keep them forever), in
+    ``SKIP LOCKED`` batches (:mod:`gateway.db.retention`); how many it deleted."""
+    return await prune_older(db, HookDelivery.id, HookDelivery.created_at, days, batch, batches)
 
 
 async def _find(db: AsyncSession, principal: Principal, name: str) -> HookTrigger:
