@@ -146,6 +146,9 @@ def test_removal_refused_while_mounted_and_a_cluster_session_shares_one_folder(
         "command": ["python3", "-c", script],
         "cluster_size": 2,
         "cluster_mode": "single-node",
+        # main1 ending would end the session and stop sub1, maybe before its output left
+        # Python's buffer: both containers' lines are only certain when both may finish
+        "stop_when": "all-done",
         "folders": [{"name": "shared"}],
     }
     key = tomllib.loads(stack.config.read_text())["api_key"]
