@@ -223,6 +223,9 @@ class ResourcePolicy(Base):
     max_folder_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
     #: may the subject's owners commit their sessions to private images (None: no)
     allow_commit: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    #: the highest priority the subject's sessions may ask for (None: 100); with
+    #: preemption on, priority decides who may stop whom (docs/fair-share.md)
+    max_priority: Mapped[int | None] = mapped_column(Integer, default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
@@ -383,6 +386,14 @@ class Session(Base):
     max_retries: Mapped[int | None] = mapped_column(Integer, default=None)
     #: re-runs used so far (docs/node-loss.md)
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: may the scheduler preempt it (None: a batch session yes, when its group allows
+    #: preemption; interactive sessions and endpoint replicas no; docs/fair-share.md)
+    preemptible: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    #: times it was preempted and queued again (past the group's max_preemptions it is
+    #: no longer preemptible)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: the session that preempted it last (it never preempts that one back)
+    preempted_by: Mapped[str | None] = mapped_column(String(36), default=None)
     #: the node lost under its latest attempt, until the next placement names it
     lost_node: Mapped[str | None] = mapped_column(String(128), default=None)
     #: apps it serves: name -> {"port", "protocol", "strip_prefix", "start"}

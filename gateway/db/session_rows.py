@@ -36,6 +36,7 @@ _DEFAULTS: dict[str, Any] = dict(
     request_hash=None,
     idle_timeout_s=None,
     max_retries=None,
+    preemptible=None,
     callback_url=None,
     callback_secret=None,
     array_id=None,
