@@ -154,6 +154,9 @@ class StopKernel(_Message):
     grace: float = 10.0
     #: stop only this attempt (None: whatever attempt of the kernel runs here)
     attempt: int | None = None
+    #: preempted for this session: the worker first writes the preemption notice
+    #: (``JOBGATE_PREEMPTED=1`` ... in ``/home/work/.jobgate/preempted``), docs/fair-share.md
+    preempted_by: str | None = None
 
 
 class CommitKernel(_Message):

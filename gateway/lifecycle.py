@@ -29,7 +29,14 @@ from gateway.domain.status import ACTIVE, KernelStatus, SessionStatus
 from gateway.outbox import Outbox
 from plugins.resources import ResourceSlots
 
-__all__ = ["begin_termination", "end_kernel", "release", "stop_job", "stop_kernels"]
+__all__ = [
+    "begin_termination",
+    "end_kernel",
+    "new_attempt",
+    "release",
+    "stop_job",
+    "stop_kernels",
+]
 
 S = SessionStatus
 K = KernelStatus
@@ -42,9 +49,11 @@ def stop_job(
     reason: str,
     grace: float = 0.0,
     attempt: int | None = None,
+    preempted_by: str | None = None,
 ) -> StopKernel:
     """The one way a stop job is made (SIGTERM, *grace* seconds, then SIGKILL); with
-    *attempt*, the node stops only that attempt of the kernel."""
+    *attempt*, the node stops only that attempt of the kernel; with *preempted_by*, it
+    writes the preemption notice first."""
     return StopKernel(
         kernel_id=kernel_id,
         session_id=session_id,
@@ -52,6 +61,7 @@ def stop_job(
         reason=reason,
         grace=grace,
         attempt=attempt,
+        preempted_by=preempted_by,
     )
 
 
@@ -87,10 +97,16 @@ async def begin_termination(
 
 
 async def stop_kernels(
-    db: AsyncSession, session_ids: list[str], reason: str, outbox: Outbox, grace: float = 10.0
+    db: AsyncSession,
+    session_ids: list[str],
+    reason: str,
+    outbox: Outbox,
+    grace: float = 10.0,
+    preempted_by: str | None = None,
 ) -> None:
     """A stop job for every placed kernel of these sessions not yet ended; the kernels a
-    node started are "stopping" from now on (a worker that no longer lists one stopped it)."""
+    node started are "stopping" from now on (a worker that no longer lists one stopped it).
+    *preempted_by*: they are preempted for that session (the jobs carry the notice)."""
     rows = (
         await db.execute(
             select(Kernel.id, Kernel.session_id, Node.id, Node.queue, Kernel.attempt)
@@ -110,7 +126,7 @@ async def stop_kernels(
         .values(status=K.STOPPING)
     )
     outbox.stops += [
-        (queue, stop_job(kid, sid, nid, reason, grace, attempt))
+        (queue, stop_job(kid, sid, nid, reason, grace, attempt, preempted_by))
         for kid, sid, nid, queue, attempt in rows
     ]
 
@@ -128,6 +144,17 @@ def end_kernel(
     kernel.ended_at = kernel.ended_at or now
     kernel.updated_at = now
     release(node, kernel)
+
+
+def new_attempt(kernel: Kernel, now: datetime) -> None:
+    """The kernel waits for a place again, as its next attempt (its node was lost, or its
+    session was preempted); its old attempt's allocation must be released already."""
+    kernel.attempt += 1
+    kernel.status, kernel.node_id = K.PENDING, None
+    kernel.slots, kernel.devices, kernel.cpuset, kernel.ports = {}, {}, {}, {}
+    kernel.container_id = kernel.exit_code = None
+    kernel.started_at = kernel.ended_at = None
+    kernel.updated_at = now
 
 
 def release(node: Node | None, kernel: Kernel) -> None:

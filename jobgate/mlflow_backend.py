@@ -92,6 +92,7 @@ RUN_STATUS: Mapping[str, str] = {
     "PREPARING": "SCHEDULED",
     "RUNNING": "RUNNING",
     "TERMINATING": "RUNNING",
+    "PREEMPTED": "SCHEDULED",  # it runs again once it stopped
     "SUCCEEDED": "FINISHED",
     "FAILED": "FAILED",
     "ERROR": "FAILED",

@@ -53,6 +53,9 @@ class Progress:
         elif status == "TERMINATING":
             self.stop()
             self._note(f"jobgate: TERMINATING ({reason})" if reason else "jobgate: TERMINATING")
+        elif status == "PREEMPTED":
+            self.stop()
+            self._note(f"jobgate: PREEMPTED ({reason}); it is queued again once it stopped")
 
     def note(self, message: str) -> None:
         """A progress message from the worker (pulling an image, ...)."""

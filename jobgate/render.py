@@ -58,6 +58,7 @@ STATUS_STYLE = {
     "PREPARING": "cyan",
     "RUNNING": "green",
     "TERMINATING": "magenta",
+    "PREEMPTED": "magenta",
     "SUCCEEDED": "bold green",
     "FAILED": "bold red",
     "ERROR": "bold red",

@@ -197,14 +197,22 @@ class KernelRun:
             self.node.store.save(self.state)
 
     # -- stop -------------------------------------------------------------------------
-    async def stop(self, grace: float, reason: str | None = None) -> None:
-        """Stop it; *reason*, if given, is the reason its exit reports."""
+    async def stop(
+        self, grace: float, reason: str | None = None, notice: str | None = None
+    ) -> None:
+        """Stop it; *reason*, if given, is the reason its exit reports; *notice*, if given,
+        is written to ``.jobgate/preempted`` in its home first (a preemption's)."""
         self.state.requested_stop = True
         self.stop_reason = reason
         self.node.store.save(self.state)
         if self.handle is None:
             self.cancelled = True
             return
+        if notice is not None:
+            try:
+                await self.node.runtime.write_notice(self.handle, "preempted", notice)
+            except RuntimeFailure as exc:  # it still gets its SIGTERM and grace period
+                log.warning("preemption notice for %s: %s", self.state.kernel_id, exc)
         try:
             await self.node.runtime.stop(self.handle, grace)
         except RuntimeFailure as exc:

@@ -403,7 +403,13 @@ class NodeAgent:
             )
             KernelRun(self.services, state).end("not_started", message="stopped before it started")
             return
-        self._spawn(run.stop(job.grace))
+        notice = None
+        if job.preempted_by is not None:
+            notice = (
+                f"JOBGATE_PREEMPTED=1\nJOBGATE_PREEMPTED_BY={job.preempted_by}\n"
+                f"JOBGATE_GRACE_S={job.grace:g}\n"
+            )
+        self._spawn(run.stop(job.grace, notice=notice))
 
     async def stop_all(self, grace: float, reason: str | None = None) -> None:
         """Stop every session of the node (its worker is exiting), *reason* recorded."""

@@ -86,6 +86,10 @@ class SessionPublic(BaseModel):
     idle_timeout: int | None
     max_retries: int | None = None  # as asked; None: the resource group's default
     retries: int = 0  # re-runs after lost nodes so far
+    #: as asked (None: a batch session yes, an interactive one no, where its group preempts)
+    preemptible: bool | None = None
+    preemptions: int = 0  # times it was preempted and queued again
+    preempted_by: str | None = None  # the session it was preempted for last
     #: data folders every container mounts: {"id", "name", "target", "read_only", "automount"}
     folders: list[dict[str, Any]] = Field(default_factory=list)
     apps: list[str]

@@ -298,6 +298,12 @@ class SessionCreate(Input):
         description="re-runs of a batch session after its node was lost "
         "(default: the resource group's, docs/node-loss.md)",
     )
+    preemptible: bool | None = Field(
+        default=None,
+        description="may the scheduler stop it for a higher-ranked session and queue it "
+        "again, in groups with preemption on (default: batch sessions yes, interactive "
+        "no; docs/fair-share.md)",
+    )
     callback_url: str | None = Field(
         default=None,
         max_length=2048,

@@ -4,6 +4,7 @@
 
     nothing started yet (SCHEDULED)     ─▶ PLACE_AGAIN  (free: it never ran)
     asked to stop (TERMINATING)         ─▶ CANCEL if nothing started, else TERMINATE
+    being preempted (PREEMPTED)         ─▶ PLACE_AGAIN  (it was to wait again anyway)
     interactive, running                ─▶ ERROR        (its state is gone with the node)
     batch, running, retries left        ─▶ RETRY        (PENDING after a backoff)
     batch, running, retries spent       ─▶ ERROR        (naming the node)
@@ -36,7 +37,7 @@ def decide(
     if status == "TERMINATING":
         # what was asked happened: the node that ran it is gone (it ends TERMINATED)
         return Outcome.TERMINATE if started else Outcome.CANCEL
-    if not started:
+    if not started or status == "PREEMPTED":
         return Outcome.PLACE_AGAIN
     if session_type != "batch" or retries >= max_retries:
         return Outcome.ERROR

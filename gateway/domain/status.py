@@ -9,6 +9,10 @@ Sessions::
     any live status ──▶ ERROR (the platform could not run it; the reason says why)
     SCHEDULED | PREPARING | RUNNING ──▶ PENDING (its node was lost: placed again,
                                        docs/node-loss.md)
+    RUNNING ──▶ PREEMPTED ──▶ PENDING (a higher-ranked session needs its room: stopped
+                  │                    after a notice and a grace period, then queued
+                  │                    again in its place; docs/fair-share.md)
+                  └──▶ TERMINATING | ERROR
 
 Kernels (a session's containers)::
 
@@ -54,6 +58,7 @@ class SessionStatus(StrEnum):
     PREPARING = "PREPARING"
     RUNNING = "RUNNING"
     TERMINATING = "TERMINATING"
+    PREEMPTED = "PREEMPTED"  # being stopped for a higher-ranked session; queued again
     SUCCEEDED = "SUCCEEDED"  # batch exited 0
     FAILED = "FAILED"  # non-zero exit or crash
     TERMINATED = "TERMINATED"  # stopped on request after it ran
@@ -64,7 +69,7 @@ class SessionStatus(StrEnum):
 S = SessionStatus
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.TERMINATED, S.CANCELLED, S.ERROR})
 #: statuses that hold an allocation on a node
-ACTIVE = frozenset({S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING})
+ACTIVE = frozenset({S.SCHEDULED, S.PREPARING, S.RUNNING, S.TERMINATING, S.PREEMPTED})
 
 _TABLE: dict[SessionStatus, frozenset[SessionStatus]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.ERROR}),
@@ -73,7 +78,8 @@ _TABLE: dict[SessionStatus, frozenset[SessionStatus]] = {
         | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.ERROR}
     ),
     S.PREPARING: frozenset({S.PENDING, S.RUNNING, S.TERMINATING, S.SUCCEEDED, S.FAILED, S.ERROR}),
-    S.RUNNING: frozenset({S.PENDING, S.TERMINATING, S.SUCCEEDED, S.FAILED, S.ERROR}),
+    S.RUNNING: frozenset({S.PENDING, S.TERMINATING, S.PREEMPTED, S.SUCCEEDED, S.FAILED, S.ERROR}),
+    S.PREEMPTED: frozenset({S.PENDING, S.TERMINATING, S.ERROR}),
     S.TERMINATING: frozenset({S.TERMINATED, S.CANCELLED, S.ERROR}),
 }
 

@@ -73,7 +73,9 @@ log = logging.getLogger(__name__)
 #: the statuses an ``endpoint.degraded`` webhook announces (once, on the way in)
 _TROUBLE = frozenset({"DEGRADED", "UNAVAILABLE"})
 TICK_S = 1.0
-LIVE = [str(s) for s in ("PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING")]
+LIVE = [
+    str(s) for s in ("PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING", "PREEMPTED")
+]
 BACKOFF_MAX_S = 300.0
 ROLLBACK_AFTER_FAILURES = 3
 

@@ -441,6 +441,9 @@ def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
     code = event.exit_code if event.exit_code is not None else -1
     _ran(ctx, event)
     ctx.end_kernel(K.EXITED, code)
+    if ctx.session.status == S.PREEMPTED:
+        _preempted_kernel_ended(ctx)
+        return
     if not ctx.all_ended:
         _cluster_member_exited(ctx, event, code)
         return
@@ -505,13 +508,36 @@ def _ran(ctx: _Ctx, event: KernelEvent) -> None:
     ctx.session.started_at = ctx.session.started_at or ctx.kernel.started_at
 
 
+def _preempted_kernel_ended(ctx: _Ctx) -> None:
+    """A container of a preempted session ended, however it did (its SIGTERM handler may
+    exit 0 after a checkpoint). Once all have, the session waits again in its old place
+    in the queue (its created_at), as its next attempt (docs/fair-share.md)."""
+    if not ctx.all_ended:
+        return
+    session = ctx.session
+    session.preemptions += 1
+    session.exit_code = None
+    for kernel in ctx.siblings:
+        lifecycle.new_attempt(kernel, ctx.now)
+    why = f"queued again after preemption {session.preemptions} ({session.status_reason})"
+    ctx.move(S.PENDING, why)
+    session.pending_reason = why
+    ctx.outbox.schedule.add(session.resource_group)
+
+
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:
     ctx.end_kernel(K.FAILED)
+    if ctx.session.status == S.PREEMPTED:
+        _preempted_kernel_ended(ctx)
+        return
     ctx.move(S.ERROR, event.message or "the node could not start it")
 
 
 def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
     ctx.end_kernel(K.CANCELLED)
+    if ctx.session.status == S.PREEMPTED:
+        _preempted_kernel_ended(ctx)
+        return
     if not ctx.all_ended:
         return
     if ctx.session.status == S.PREPARING:
@@ -522,6 +548,9 @@ def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
 
 def _on_lost(ctx: _Ctx, event: KernelEvent) -> None:
     ctx.end_kernel(K.FAILED)
+    if ctx.session.status == S.PREEMPTED:
+        _preempted_kernel_ended(ctx)
+        return
     message = event.message or f"its container was lost on {event.node_id}"
     if ctx.session.status == S.TERMINATING:
         # it was asked to stop, and it is gone: stopped, not an error (as when its node is

@@ -50,7 +50,14 @@ from gateway.domain.status import (
     SessionStatus,
     can_transition,
 )
-from gateway.lifecycle import begin_termination, end_kernel, release, stop_job, stop_kernels
+from gateway.lifecycle import (
+    begin_termination,
+    end_kernel,
+    new_attempt,
+    release,
+    stop_job,
+    stop_kernels,
+)
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import cluster_members, start_job
 from gateway.scheduler.snapshot import alive_nodes, kept_nodes
@@ -189,7 +196,7 @@ class Reconciler:
                 Kernel.ended_at.is_(None),
                 Kernel.node_id.is_not(None),
                 Kernel.updated_at < cutoff,
-                Session.status.in_([S.SCHEDULED, S.TERMINATING]),
+                Session.status.in_([S.SCHEDULED, S.TERMINATING, S.PREEMPTED]),
             )
         )
         for kernel, session in rows:
@@ -200,6 +207,10 @@ class Reconciler:
             if session.status == S.TERMINATING:
                 why = "terminated on request"
                 job = stop_job(kernel.id, session.id, node.id, why, attempt=kernel.attempt)
+                outbox.stops.append((node.queue, job))
+            elif session.status == S.PREEMPTED:
+                why, by = session.status_reason, session.preempted_by
+                job = stop_job(kernel.id, session.id, node.id, why, 10.0, kernel.attempt, by)
                 outbox.stops.append((node.queue, job))
             elif kernel.status == K.SCHEDULED:
                 members = await _members(db, session, nodes)
@@ -343,12 +354,7 @@ class _Loss:
                 if node is not None and node.id not in self.lost:
                     job = stop_job(kernel.id, self.session.id, node.id, why, 0.0, kernel.attempt)
                     self.outbox.stops.append((node.queue, job))
-            kernel.attempt += 1
-            kernel.status, kernel.node_id = K.PENDING, None
-            kernel.slots, kernel.devices, kernel.cpuset, kernel.ports = {}, {}, {}, {}
-            kernel.container_id = kernel.exit_code = None
-            kernel.started_at = kernel.ended_at = None
-            kernel.updated_at = self.now
+            new_attempt(kernel, self.now)
         self.session.lost_node = self.node_id
         self.session.exit_code = None
         self.db.add(transition(self.session, S.PENDING, why, self.now))

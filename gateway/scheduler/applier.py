@@ -39,6 +39,7 @@ from gateway.db.tables import HISTORY, KERNELS, NODES, SESSIONS
 from gateway.db.transitions import bulk_transition, session_ended_events
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.outbox import Outbox
+from gateway.scheduler.preemption import preempt_victims
 from plugins.scheduling.reasons import DID_NOT_FIT
 from plugins.scheduling.types import KernelPlacement, Placement, Plan
 
@@ -56,6 +57,7 @@ class Applied:
     cancelled: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # session id -> why
     reasons: dict[str, str] = field(default_factory=dict)  # changed pending reasons
+    preempted: dict[str, str] = field(default_factory=dict)  # victim id -> why
 
 
 async def apply_plan(
@@ -64,14 +66,18 @@ async def apply_plan(
     known_reasons: dict[str, Any],
     outbox: Outbox,
     app_key: str = "",
+    grace: float = 30.0,
 ) -> Applied:
     """Apply *plan* inside the caller's transaction; its start jobs and live events go
     into *outbox*, to send after the commit. *app_key*: the proxy secret, from which
-    interactive sessions' app secrets are derived ("": none)."""
+    interactive sessions' app secrets are derived ("": none); *grace*: the group's
+    preemption grace period."""
     out = Applied()
     now = await db_now(db)
     # lock order, everywhere: sessions, then kernels, then nodes, each in id order
     sessions = await _lock_sessions(db, plan)
+    if plan.preempted:
+        out.preempted = await preempt_victims(db, plan.preempted, grace, outbox, now)
     kernels = await _kernels(
         db, [p.session_id for p in plan.placements if p.session_id in sessions]
     )

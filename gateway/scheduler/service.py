@@ -107,7 +107,8 @@ class Scheduler:
             outbox = Outbox()
             async with self.db() as db, db.begin():
                 key = self.settings.proxy_secret.get_secret_value()
-                applied = await apply_plan(db, decided, reasons, outbox, key)
+                grace = snapshot.config.preemption_grace_s
+                applied = await apply_plan(db, decided, reasons, outbox, key, grace)
             apply_s = time.perf_counter() - t0
         await outbox.flush(self.pool)
         return PassResult(

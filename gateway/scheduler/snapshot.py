@@ -21,8 +21,10 @@ from gateway.domain.status import SessionStatus
 from gateway.scheduler.budgets import add_budget_holds
 from gateway.scheduler.fairshare import FairShareCache, fair_share_settings, fair_share_view
 from gateway.scheduler.policy import add_policy_view
+from gateway.scheduler.preemption import add_preemption_view
 from plugins.resources import ResourceSlots
 from plugins.scheduling.config import SchedulerConfig, effective_config
+from plugins.scheduling.fairshare import FairShareSettings
 from plugins.scheduling.types import DeviceState, NodeState, NodeStatus, SessionRequest, Snapshot
 
 __all__ = [
@@ -227,7 +229,11 @@ async def build_snapshot(
     await add_policy_view(db, snapshot, deps)
     if requests:
         await add_budget_holds(db, snapshot)
+    if requests and config.preemption != "off":
+        await add_preemption_view(db, snapshot)
     options = fair_share_settings(config) if requests else None
+    if options is None and snapshot.running and config.preemption == "fair-share":
+        options = FairShareSettings()
     if options is not None:
         snapshot.fair_share = await (
             fair_share.view(db, options, now)

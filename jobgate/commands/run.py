@@ -92,6 +92,7 @@ def build_request(
     starts_at: str | None = None,
     constraints: list[str] | None = None,
     max_retries: int | None = None,
+    preemptible: bool | None = None,
     cluster_size: int | None = None,
     cluster_mode: str | None = None,
     stop_when: str | None = None,
@@ -117,6 +118,7 @@ def build_request(
         "project": project,
         "starts_at": starts_at,
         "max_retries": max_retries,
+        "preemptible": preemptible,
         "cluster_size": cluster_size,
         "cluster_mode": cluster_mode,
         "stop_when": stop_when,
@@ -418,6 +420,15 @@ def run(
             "(default: the resource group's, else the gateway's).",
         ),
     ] = None,
+    preemptible: Annotated[
+        bool | None,
+        typer.Option(
+            "--preemptible/--no-preemptible",
+            help="May be stopped for a higher-ranked session and queued again, where its "
+            "resource group preempts (default: batch yes, interactive no).",
+            show_default=False,
+        ),
+    ] = None,
     working_dir: Annotated[
         Path | None,
         typer.Option(
@@ -488,6 +499,7 @@ def run(
         starts_at=starts_at,
         constraints=constraint,
         max_retries=max_retries,
+        preemptible=preemptible,
         cluster_size=cluster_size,
         cluster_mode=cluster_mode.value if cluster_mode else None,
         stop_when=stop_when.value if stop_when else None,

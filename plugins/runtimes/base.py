@@ -297,6 +297,12 @@ class Runtime(Protocol):
 
     async def stop(self, handle: KernelHandle, grace: float) -> None: ...
 
+    async def write_notice(self, handle: KernelHandle, name: str, text: str) -> None:
+        """Write *text* to ``.jobgate/<name>`` in the running kernel's home (``/home/work``
+        in a container, ``$HOME`` of a process): the preemption notice. RuntimeFailure if
+        it cannot; a runtime with no files (sim) does nothing."""
+        ...
+
     async def remove(self, handle: KernelHandle) -> None: ...
 
     async def commit(self, handle: KernelHandle, image: str) -> str:

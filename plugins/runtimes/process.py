@@ -249,6 +249,17 @@ class ProcessRuntime:
                         return
                     await asyncio.sleep(self.settings.poll_interval_s)
 
+    async def write_notice(self, handle: KernelHandle, name: str, text: str) -> None:
+        """Into ``$HOME/.jobgate`` (the kernel's own work directory), atomically."""
+        notices = self._kdir(handle.kernel_id) / "work" / ".jobgate"
+        try:
+            notices.mkdir(parents=True, exist_ok=True)
+            partial = notices / f".{name}.part"
+            partial.write_text(text)
+            partial.replace(notices / name)
+        except OSError as exc:
+            raise RuntimeFailure(f"writing the notice {name}: {exc}") from exc
+
     async def stop(self, handle: KernelHandle, grace: float) -> None:
         kdir = self._kdir(handle.kernel_id)
         try:

@@ -135,6 +135,9 @@ class SimRuntime:
         if kernel is not None and kernel.output and offsets.get("stdout", 0) == 0:
             yield LogChunk("stdout", 0, kernel.output)
 
+    async def write_notice(self, handle: KernelHandle, name: str, text: str) -> None:
+        return None  # simulated kernels have no files
+
     async def stop(self, handle: KernelHandle, grace: float) -> None:
         kernel = self._kernels.get(handle.kernel_id)
         if kernel is not None:

@@ -167,6 +167,16 @@ class SchedulerConfig(BaseModel):
     #: stop the group's running sessions of a user, project or project member whose budget
     #: is spent (docs/fair-share.md, Budgets); off: a spent budget only holds new ones back
     stop_at_budget: bool = False
+    #: who may be stopped for whom (docs/fair-share.md, Preemption): "off"; "priority", a
+    #: session's priority; "fair-share", its fair-share multifactor priority
+    preemption: Literal["off", "priority", "fair-share"] = "off"
+    #: seconds between a victim's SIGTERM (after its notice file) and its SIGKILL
+    preemption_grace_s: float = Field(default=30.0, ge=0, le=3600)
+    #: times one session may be preempted; after that it is no longer preemptible
+    max_preemptions: int = Field(default=3, ge=0, le=100)
+    #: pending sessions one pass may preempt for (the first in queue order that wait
+    #: for room); each search is bounded (plugins/scheduling/preemption.py)
+    max_preemptors_per_pass: int = Field(default=4, ge=1, le=100)
     #: containers one cluster session may ask for (docs/cluster-sessions.md)
     max_cluster_size: int = Field(default=16, ge=1, le=64)
     #: the cluster modes this group allows

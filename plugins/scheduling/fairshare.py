@@ -32,6 +32,7 @@ __all__ = [
     "decayed",
     "factor",
     "multifactor",
+    "pair_factors",
     "project_factors",
     "user_factor",
 ]
@@ -161,6 +162,31 @@ def user_factor(
     mine = user_usage / total_usage
     effective = mine + (project_usage / total_usage - mine) / n
     return float(2.0 ** (-effective / (share / total_shares / n)))
+
+
+def pair_factors(
+    view: FairShareView, wanted: Iterable[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+    """For each wanted (project, user): the user's factor within the project (the
+    number the queue is ordered by); and each of their projects' own factor."""
+    wanted = set(wanted)
+    projects = project_factors(view, {p for p, _ in wanted})
+    total = sum(view.projects.values())
+    users: dict[str, set[str]] = {}
+    for p, u in (*view.users, *wanted):
+        users.setdefault(p, set()).add(u)
+    pairs = {
+        (p, u): user_factor(
+            view.users.get((p, u), 0.0),
+            view.projects.get(p, 0.0),
+            total,
+            projects[p][0],
+            1.0,
+            len(users[p]),
+        )
+        for p, u in wanted
+    }
+    return pairs, {p: projects[p][2] for p, _ in wanted}
 
 
 def multifactor(

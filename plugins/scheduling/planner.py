@@ -32,6 +32,7 @@ from plugins.scheduling import reasons as r
 from plugins.scheduling.errors import PlanError, PluginFailure, SchedulerError
 from plugins.scheduling.guard import failed
 from plugins.scheduling.pipeline import Pipeline, pipeline_for
+from plugins.scheduling.preempting import preempt
 from plugins.scheduling.reasons import short_id, utc
 from plugins.scheduling.search import Reserved, Search
 from plugins.scheduling.slots import SlotTable
@@ -125,6 +126,9 @@ class _Pass:
         self.current: str | None = None  # the session being decided, for errors
         self.blocked: str | None = None  # why sessions wait behind a blocking one
         self.shapes: dict[Hashable, Shape] = {}
+        #: sessions that wait for room, in the order they were decided (preemption's)
+        self.no_room: list[SessionRequest] = []
+        self.fit_pipeline: Pipeline | None = None
 
     def run(self) -> Plan:
         try:
@@ -161,9 +165,29 @@ class _Pass:
             queue = queue[:limit]
         if self.pipeline.sequencer.whole_queue:
             self._band(queue)  # a sequencer that weighs priority itself (fair-share)
-            return
-        for _, band in groupby(queue, key=lambda s: s.priority):
-            self._band(list(band))
+        else:
+            for _, band in groupby(queue, key=lambda s: s.priority):
+                self._band(list(band))
+        if self.pipeline.config.preemption != "off" and self.snapshot.running:
+            self.current = None
+            preempt(self.snapshot, self.no_room, self._fits, self.result)
+
+    def _fits(self, request: SessionRequest, nodes: list[NodeState]) -> bool:
+        """Whether *request* alone would be placed on *nodes* (preemption asks): this
+        pipeline without validators (it passed them) and without preemption."""
+        if self.fit_pipeline is None:
+            config = self.pipeline.config.model_copy(
+                update={"validators": (), "preemption": "off", "max_sessions_per_pass": None}
+            )
+            self.fit_pipeline = pipeline_for(config)
+        snapshot = Snapshot(
+            now=self.snapshot.now,
+            nodes=nodes,
+            pending=[request],
+            resource_group=self.snapshot.resource_group,
+            config=self.fit_pipeline.config,
+        )
+        return bool(_Pass(self.fit_pipeline, snapshot).run().placements)
 
     def _prepare(
         self, pending: list[SessionRequest], requests: list[ResourceSlots] | None = None
@@ -246,15 +270,22 @@ class _Pass:
                 return
             placer.undo()
             shape.failure = placer.failure or ("no node fits: the gang step refused it", True)
-        reason, resolvable = shape.failure
-        if resolvable and pipeline.sequencer.explains:
-            note = pipeline.sequencer.explain(request, ctx)
+        self._no_room(request, *shape.failure)
+
+    def _no_room(self, request: SessionRequest, reason: str, resolvable: bool) -> None:
+        """It did not fit: it waits, and may block those after it (or preempt)."""
+        sequencer = self.pipeline.sequencer
+        if not resolvable:
+            self._wait(request, r.UNSCHEDULABLE, reason)
+            return
+        if sequencer.explains:
+            note = sequencer.explain(request, self.ctx)
             reason = f"{reason}; {note}" if note else reason
-        self._wait(request, r.NO_FIT if resolvable else r.UNSCHEDULABLE, reason)
-        if resolvable and pipeline.sequencer.blocks(request, ctx):
+        self._wait(request, r.NO_FIT, reason)
+        self.no_room.append(request)
+        if sequencer.blocks(request, self.ctx):
             self.blocked = (  # the reason of every session after it
-                f"blocked: behind {short_id(request.id)}, "
-                f"which does not fit yet ({pipeline.sequencer.name})"
+                f"blocked: behind {short_id(request.id)}, which does not fit yet ({sequencer.name})"
             )
 
     def _shape(self, request: SessionRequest) -> Shape:

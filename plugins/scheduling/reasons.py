@@ -43,6 +43,7 @@ DEPENDENCY_FAILED = "dependency-failed"  # cancelled: a dependency failed or was
 START_TIME = "start-time"
 NOT_CONSIDERED = "not-considered"  # beyond max_sessions_per_pass
 INVALID = "invalid"  # the request itself cannot be scheduled as given
+PREEMPTING = "preempting"  # sessions are being stopped for it (docs/fair-share.md)
 #: codes for which the gateway counts ``schedule_attempts`` up (heuristic-fifo reads them)
 DID_NOT_FIT = frozenset({NO_FIT, UNSCHEDULABLE})
 

@@ -43,8 +43,7 @@ from plugins.scheduling.fairshare import (
     FairShareSettings,
     FairShareView,
     multifactor,
-    project_factors,
-    user_factor,
+    pair_factors,
 )
 from plugins.scheduling.reasons import utc
 from plugins.scheduling.state import Account, PassContext
@@ -213,24 +212,9 @@ class FairShareSequencer:
     ) -> dict[tuple[str, str], float]:
         """(project, user) -> its fair-share factor; project -> its own, kept for explain."""
         view: FairShareView = ctx.snapshot.fair_share or FairShareView()
-        wanted = {(s.project or "", s.owner) for s in band}
-        projects = project_factors(view, {p for p, _ in wanted})
-        total = sum(view.projects.values())
-        users: dict[str, set[str]] = {}
-        for p, u in (*view.users, *wanted):
-            users.setdefault(p, set()).add(u)
-        ctx.scratch[self.name] = {p: projects[p][2] for p, _ in wanted}
-        return {
-            (p, u): user_factor(
-                view.users.get((p, u), 0.0),
-                view.projects.get(p, 0.0),
-                total,
-                projects[p][0],
-                1.0,
-                len(users[p]),
-            )
-            for p, u in wanted
-        }
+        pairs, own = pair_factors(view, {(s.project or "", s.owner) for s in band})
+        ctx.scratch[self.name] = own
+        return pairs
 
     def blocks(self, request: SessionRequest, ctx: PassContext) -> bool:
         return False

@@ -27,6 +27,7 @@ __all__ = [
     "NodeState",
     "Placement",
     "Plan",
+    "RunningSession",
     "SessionRequest",
     "Snapshot",
     "Usage",
@@ -110,6 +111,22 @@ class SessionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningSession:
+    """A RUNNING session of the group that may be preempted (the gateway lists only
+    those: preemptible, and preempted fewer than the group's max_preemptions times)."""
+
+    id: str
+    owner: str
+    kernels: tuple[KernelPlacement, ...]
+    created_at: datetime
+    started_at: datetime
+    priority: int = 50
+    project: str | None = None
+    #: the session that preempted it last: it never preempts that one back
+    preempted_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     """What one user or project holds now: its SCHEDULED..TERMINATING sessions and slots.
 
@@ -163,6 +180,10 @@ class Snapshot:
     #: spent budgets: ("user", user id), ("project", project id) or ("member",
     #: "project id/user id") -> when new sessions of theirs may start again
     budget_holds: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    #: the group's preemptible running sessions (only when its config turns preemption on)
+    running: list[RunningSession] = field(default_factory=list)
+    #: pending session id -> the sessions preempted for it that have not ended yet
+    preempting: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -193,3 +214,5 @@ class Plan:
     #: ``plugins.scheduling.reasons``); the gateway counts ``schedule_attempts`` up for
     #: the codes in ``reasons.DID_NOT_FIT`` and resets them on placement
     codes: dict[str, str] = field(default_factory=dict)
+    #: victim id -> (the pending session it is stopped for, why, in words)
+    preempted: dict[str, tuple[str, str]] = field(default_factory=dict)

@@ -154,7 +154,7 @@ function sessionsPage() {
   function query() {
     const q = new URLSearchParams({ limit: "200" });
     const st = f.status.value;
-    if (st === "live") ["PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING"].forEach((s) => q.append("status", s));
+    if (st === "live") ["PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING", "PREEMPTED"].forEach((s) => q.append("status", s));
     else if (st) q.append("status", st);
     if (f.type.value) q.append("type", f.type.value);
     if (f.scope.value === "all") q.set("all", "true");
@@ -530,7 +530,7 @@ function nodesPage() {
     try {
       [nodes, sessions] = await Promise.all([
         api("GET", "/v1/nodes"),
-        api("GET", `/v1/sessions?limit=500${ADMIN ? "&all=true" : ""}&status=SCHEDULED&status=PREPARING&status=RUNNING&status=TERMINATING`),
+        api("GET", `/v1/sessions?limit=500${ADMIN ? "&all=true" : ""}&status=SCHEDULED&status=PREPARING&status=RUNNING&status=TERMINATING&status=PREEMPTED`),
       ]);
     } catch (e) { setTimeout(refresh, 3000); return; }
     const holders = {}; // node -> device -> [{who, amount}]

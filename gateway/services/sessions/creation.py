@@ -190,6 +190,7 @@ class Creation:
             request_hash=digest or None,
             idle_timeout_s=body.idle_timeout,
             max_retries=body.max_retries,
+            preemptible=body.preemptible,
             callback_url=body.callback_url,
             callback_secret=(body.callback_secret or new_secret()) if body.callback_url else None,
         )

@@ -110,6 +110,7 @@ class PodmanAPI:
             "GET": self.client.api.get,
             "POST": self.client.api.post,
             "DELETE": self.client.api.delete,
+            "PUT": self.client.api.put,
         }[method]
 
         def call() -> Any:
@@ -180,6 +181,17 @@ class PodmanAPI:
                 return False
             raise
         return True
+
+    def put_archive(self, ref: str, path: str, tar: bytes) -> None:
+        """Unpack the *tar* archive at *path* (a directory) in the container."""
+        self._request(
+            "PUT",
+            f"/containers/{quote(ref)}/archive",
+            "put archive",
+            params={"path": path},
+            data=tar,
+            headers={"content-type": "application/x-tar"},
+        )
 
     def remove(self, ref: str) -> None:
         """Remove with its anonymous volumes; a container already gone is fine."""

@@ -57,6 +57,7 @@ from .handles import NEVER_STARTED, RUNNING, handle_from_inspect, handle_from_ro
 from .settings import PodmanSettings
 from .spec import container_name, create_body
 from .streams import KernelGone, StreamClient
+from .wire import notice_tar
 
 __all__ = ["PodmanRuntime"]
 
@@ -462,6 +463,12 @@ class PodmanRuntime:
             await self._run(self._api.kill, handle.ref, signal.SIGKILL)
         except KernelGone:
             return
+
+    async def write_notice(self, handle: KernelHandle, name: str, text: str) -> None:
+        """Into ``/home/work/.jobgate`` through the API (an archive unpacked there): the
+        container's own view, whatever is mounted at /home/work."""
+        target = self.settings.working_dir_target
+        await self._run(self._api.put_archive, handle.ref, target, notice_tar(name, text))
 
     async def remove(self, handle: KernelHandle) -> None:
         """Kill if still running (a forced remove would wait out the stop timeout), remove."""

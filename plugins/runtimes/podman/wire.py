@@ -1,4 +1,5 @@
-"""Pure decoders for what Podman streams back: log frames, log offsets, pull progress.
+"""Pure decoders for what Podman streams back: log frames, log offsets, pull progress;
+and the one archive the runtime sends (a notice file).
 
 Podman's logs endpoint multiplexes stdout and stderr the way Docker's does: each frame
 is an 8-byte header ``[stream, 0, 0, 0, size as big-endian u32]`` followed by ``size``
@@ -9,12 +10,22 @@ offsets are therefore stable across reads, which is what lets a restarted worker
 
 from __future__ import annotations
 
+import io
+import tarfile
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 from plugins.runtimes.base import ImageNotFound, LogChunk, RegistryUnreachable, Stream
 
-__all__ = ["FrameDecoder", "LogCursor", "PullProgress", "coalesce", "pull_failure"]
+__all__ = [
+    "FrameDecoder",
+    "LogCursor",
+    "PullProgress",
+    "coalesce",
+    "notice_tar",
+    "pull_failure",
+]
 
 #: what Podman's (Go's) errors say when a registry cannot be reached at all, as opposed
 #: to a registry that answered "no such image", "denied" or with a bad certificate
@@ -175,3 +186,18 @@ class PullProgress:
             return None
         self._reported = step
         return f"pulling {self.image}: {step}%"
+
+
+def notice_tar(name: str, text: str) -> bytes:
+    """A tar of ``.jobgate/`` (0755) holding *name* (0644, *text*), for the archive API."""
+    data = text.encode()
+    out = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        folder = tarfile.TarInfo(".jobgate")
+        folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o755, now
+        tar.addfile(folder)
+        item = tarfile.TarInfo(f".jobgate/{name}")
+        item.size, item.mode, item.mtime = len(data), 0o644, now
+        tar.addfile(item, io.BytesIO(data))
+    return out.getvalue()
