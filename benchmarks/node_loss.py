@@ -182,23 +182,29 @@ def session(api: httpx.Client, session_id: str) -> dict[str, Any]:
     return found
 
 
-def one_round(bench: Bench, api: httpx.Client) -> dict[str, Any]:
+def run_batch(api: httpx.Client, command: list[str]) -> tuple[str, str]:
+    """Submit a one-cpu batch session running *command* in the benchmark's group and
+    wait until it is RUNNING: its id and its node."""
     r = api.post(
         "/v1/sessions",
         json={
-            "command": ["sleep", "600"],
+            "command": command,
             "resources": {"cpu": "1", "mem": "64m"},
             "resource_group": GROUP,
         },
     )
     r.raise_for_status()
-    sid = r.json()["id"]
+    sid: str = r.json()["id"]
 
     def running() -> str | None:
         s = session(api, sid)
         return s["node"] if s["status"] == "RUNNING" else None
 
-    victim = wait_for(running, "the session to run", timeout=60, every=0.05)
+    return sid, wait_for(running, "the session to run", timeout=60, every=0.05)
+
+
+def one_round(bench: Bench, api: httpx.Client) -> dict[str, Any]:
+    sid, victim = run_batch(api, ["sleep", "600"])
     t0 = time.monotonic()
     bench.kill(victim, machine=True)
 
@@ -221,22 +227,7 @@ def one_round(bench: Bench, api: httpx.Client) -> dict[str, Any]:
 
 def restart_round(bench: Bench, api: httpx.Client, down_s: float) -> dict[str, Any]:
     """A worker killed -9 and back *down_s* later; its session ends while it is down."""
-    r = api.post(
-        "/v1/sessions",
-        json={
-            "command": ["sh", "-c", "sleep 1; exit 0"],
-            "resources": {"cpu": "1", "mem": "64m"},
-            "resource_group": GROUP,
-        },
-    )
-    r.raise_for_status()
-    sid = r.json()["id"]
-
-    def running() -> str | None:
-        s = session(api, sid)
-        return s["node"] if s["status"] == "RUNNING" else None
-
-    victim = wait_for(running, "the session to run", timeout=60, every=0.05)
+    sid, victim = run_batch(api, ["sh", "-c", "sleep 1; exit 0"])
     bench.kill(victim)  # the worker alone: its keeper and the session's shim live on
     time.sleep(down_s)  # how long it stays down (the scenario, not a wait for a state)
     restarted = time.time()

@@ -14,7 +14,7 @@ connection (a few attempts) without sending again what arrived. A download asks 
 the standard library's ``http.client`` rather than httpx, whose per-64 KiB parsing cost
 the client more CPU than the gateway's ``sendfile``, and moves the body from the socket
 into the file inside the kernel (``splice`` through a pipe; over TLS, ``readinto`` 8 MiB
-at a time); through a proxy (``HTTP(S)_PROXY``) it stays on httpx.
+at a time); through a proxy (``HTTP(S)_PROXY``, ``ALL_PROXY``) it stays on httpx.
 
 An upload also resumes across runs: its ``Location`` is remembered in a small file
 (``~/.cache/jobgate/uploads/<key>.json``, mode 0600, keyed by the gateway, folder, remote
@@ -34,7 +34,6 @@ import http.client
 import json
 import os
 import posixpath
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,11 +229,15 @@ def upload(api: Client, folder: str, item: Item, advance: Advance) -> None:
 
 def _direct(api: Client) -> SplitResult | None:
     """The gateway's URL when a download can skip httpx: plain HTTP(S) with no proxy on
-    the way (httpx would honour one; the standard library's connection does not)."""
+    the way (httpx would honour one; the standard library's connection does not).
+
+    Whether a proxy is on the way is httpx's own answer for this client: the transport
+    it picks for the URL is a proxy's when ``HTTP_PROXY``, ``HTTPS_PROXY`` or
+    ``ALL_PROXY`` applies and ``NO_PROXY`` does not exempt the gateway."""
     url = urlsplit(api.profile.url)
     if url.scheme not in ("http", "https") or not url.hostname:
         return None
-    if url.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(url.hostname):
+    if api.http._transport_for_url(httpx.URL(api.profile.url)) is not api.http._transport:
         return None
     return url
 

@@ -11,18 +11,21 @@ call is a 404. Any other unknown path is the same 404 page for a browser
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.api import audit
 from gateway.api.deps import State
 from gateway.api.problems import http_problem
+from gateway.auth import Principal
 from gateway.console.chart import Bucket, chart
 from gateway.console.cookies import COOKIE, Signed, same_origin, sign_in, sign_out, signed
 from gateway.domain.errors import NotFound, Unauthenticated
@@ -31,6 +34,8 @@ from gateway.services.usage import By
 from gateway.services.views import get_owned
 
 __all__ = ["not_found", "router"]
+
+T = TypeVar("T")
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -89,6 +94,29 @@ async def _listing(request: Request, state: State, page: str, title: str) -> Res
     if sign is None:
         return _to_sign_in()
     return _page(request, f"{page}.html", sign, page=page, title=title)
+
+
+async def _detail(
+    request: Request,
+    state: State,
+    page: str,
+    *,
+    find: Callable[[AsyncSession, Principal], Awaitable[T]],
+    missing: tuple[str, str],
+    shown: Callable[[T], dict[str, Any]],
+) -> Response:
+    """One object's page: the sign-in page for anyone not signed in; *missing* (heading,
+    detail) as a 404 page when *find* raises NotFound (none, or another user's); else
+    the page's shell with what *shown* takes from the object."""
+    sign = await _signed(request, state)
+    if sign is None:
+        return _to_sign_in()
+    try:
+        async with state.db() as db:
+            found = await find(db, sign.principal)
+    except NotFound:
+        return _missing(request, sign, *missing)
+    return _page(request, f"{page}.html", sign, page=page, **shown(found))
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -175,21 +203,13 @@ async def sign_out_submit(request: Request, state: State) -> Response:
 
 @router.get("/sessions/{session_id}", response_class=HTMLResponse)
 async def session_page(session_id: str, request: Request, state: State) -> Response:
-    sign = await _signed(request, state)
-    if sign is None:
-        return _to_sign_in()
-    try:
-        async with state.db() as db:
-            session = await get_owned(db, sign.principal, session_id)
-    except NotFound:
-        return _missing(request, sign, "No such session", f"You have no session {session_id[:36]}.")
-    return _page(
+    return await _detail(
         request,
-        "session.html",
-        sign,
-        page="session",
-        title=session.name or session.id[:8],
-        session_id=session.id,
+        state,
+        "session",
+        find=lambda db, who: get_owned(db, who, session_id),
+        missing=("No such session", f"You have no session {session_id[:36]}."),
+        shown=lambda session: {"title": session.name or session.id[:8], "session_id": session.id},
     )
 
 
@@ -240,16 +260,13 @@ async def endpoints_page(request: Request, state: State) -> Response:
 
 @router.get("/endpoints/{name}", response_class=HTMLResponse)
 async def endpoint_page(name: str, request: Request, state: State) -> Response:
-    sign = await _signed(request, state)
-    if sign is None:
-        return _to_sign_in()
-    try:
-        async with state.db() as db:
-            endpoint = await state.endpoints.get_owned(db, sign.principal, name)
-    except NotFound:
-        return _missing(request, sign, "No such endpoint", f"You have no endpoint {name[:64]}.")
-    return _page(
-        request, "endpoint.html", sign, page="endpoint", title=endpoint.name, subject=endpoint.name
+    return await _detail(
+        request,
+        state,
+        "endpoint",
+        find=lambda db, who: state.endpoints.get_owned(db, who, name),
+        missing=("No such endpoint", f"You have no endpoint {name[:64]}."),
+        shown=lambda endpoint: {"title": endpoint.name, "subject": endpoint.name},
     )
 
 
@@ -260,22 +277,17 @@ async def folders_page(request: Request, state: State) -> Response:
 
 @router.get("/folders/{name}", response_class=HTMLResponse)
 async def folder_page(name: str, request: Request, state: State) -> Response:
-    sign = await _signed(request, state)
-    if sign is None:
-        return _to_sign_in()
-    try:
-        async with state.db() as db:
-            folder, _ = await state.folders.resolve(db, sign.principal, name)
-    except NotFound:
-        return _missing(request, sign, "No such folder", f"You have no data folder {name[:64]}.")
-    return _page(
+    return await _detail(
         request,
-        "folder.html",
-        sign,
-        page="folder",
-        title=folder.name,
-        subject=folder.name,
-        folder_id=folder.id,
+        state,
+        "folder",
+        find=lambda db, who: state.folders.resolve(db, who, name),
+        missing=("No such folder", f"You have no data folder {name[:64]}."),
+        shown=lambda found: {
+            "title": found[0].name,
+            "subject": found[0].name,
+            "folder_id": found[0].id,
+        },
     )
 
 
@@ -286,15 +298,13 @@ async def templates_page(request: Request, state: State) -> Response:
 
 @router.get("/templates/{name}", response_class=HTMLResponse)
 async def template_page(name: str, request: Request, state: State) -> Response:
-    sign = await _signed(request, state)
-    if sign is None:
-        return _to_sign_in()
-    try:
-        template = await state.templates.get(sign.principal, name)
-    except NotFound:
-        return _missing(request, sign, "No such template", f"You have no template {name[:64]}.")
-    return _page(
-        request, "template.html", sign, page="template", title=template.name, subject=template.name
+    return await _detail(
+        request,
+        state,
+        "template",
+        find=lambda _db, who: state.templates.get(who, name),
+        missing=("No such template", f"You have no template {name[:64]}."),
+        shown=lambda template: {"title": template.name, "subject": template.name},
     )
 
 

@@ -2,7 +2,11 @@
 
 Each write owns its transaction and, after the commit, pokes the controller (a message on
 ``ENDPOINT_WAKE_CHANNEL``) so replicas and the route follow at once instead of at the
-next tick. Another user's endpoint is a 404, as if it did not exist.
+next tick. Another user's endpoint is a 404, as if it did not exist. Scale, update,
+rollback and delete lock the endpoint's row, as the controller loop does; when PostgreSQL
+picks one of them as a deadlock's (or serialization conflict's) victim, its whole
+transaction runs again (:mod:`gateway.db.retry`), and what follows the commit (the poke,
+the outbox) happens once, after the attempt that committed.
 """
 
 from __future__ import annotations
@@ -317,6 +321,13 @@ class EndpointService:
             raise Invalid(
                 f"min_replicas ({low}) is above max_replicas ({high})", field="min_replicas"
             )
+        endpoint = await retry_conflicts(
+            lambda: self._scale(principal, name, body), what=f"scale endpoint {name}"
+        )
+        await self._poke(endpoint.id)
+        return endpoint
+
+    async def _scale(self, principal: Principal, name: str, body: EndpointScale) -> Endpoint:
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
             current = AutoscaleSettings.model_validate(endpoint.autoscale)
@@ -337,10 +348,16 @@ class EndpointService:
                     body.model_dump(exclude_none=True),
                 )
             )
-        await self._poke(endpoint.id)
         return endpoint
 
     async def update(self, principal: Principal, name: str, body: EndpointUpdate) -> Endpoint:
+        endpoint = await retry_conflicts(
+            lambda: self._update(principal, name, body), what=f"update endpoint {name}"
+        )
+        await self._poke(endpoint.id)
+        return endpoint
+
+    async def _update(self, principal: Principal, name: str, body: EndpointUpdate) -> Endpoint:
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
             current = await db.get(EndpointRevision, (endpoint.id, endpoint.revision))
@@ -376,10 +393,16 @@ class EndpointService:
                     {"image": values["image"]},
                 )
             )
-        await self._poke(endpoint.id)
         return endpoint
 
     async def rollback(self, principal: Principal, name: str, to: int | None) -> Endpoint:
+        endpoint = await retry_conflicts(
+            lambda: self._rollback(principal, name, to), what=f"roll back endpoint {name}"
+        )
+        await self._poke(endpoint.id)
+        return endpoint
+
+    async def _rollback(self, principal: Principal, name: str, to: int | None) -> Endpoint:
         async with self.db() as db, db.begin():
             endpoint = await self._locked(db, principal, name)
             if to is None:  # the last good one, else the newest other one
@@ -417,7 +440,6 @@ class EndpointService:
                     {"from": before, "to": to},
                 )
             )
-        await self._poke(endpoint.id)
         return endpoint
 
     async def delete(self, principal: Principal, name: str) -> Endpoint:
