@@ -2,8 +2,10 @@
 
 One stack for the module; each test tells one story and asserts what a user would see:
 a dataset in, a job's results out (byte-identical), a read-only share, a link planted by
-a container, removal refused while mounted, a cluster session sharing one folder, and a
-package installed in one session importable in the next through the .local automount.
+a container, removal refused while mounted, a cluster session sharing one folder, a
+package installed in one session importable in the next through the .local automount,
+and a training job preempted by a more urgent one that checkpoints to a folder on SIGTERM
+and resumes from it when it runs again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,27 @@ with open(f"{out}/digests.txt", "w") as f:
         f.write(f"{name} {hashlib.sha256(data).hexdigest()}\\n")
 shutil.copy(f"{src}/big.bin", f"{out}/big-copy.bin")
 print("digested", len(os.listdir(src)))
+"""
+
+
+#: counts steps; on SIGTERM reads its notice, saves the step to the folder and exits 0;
+#: run again, it resumes from the saved step and finishes 20 steps later
+TRAIN = """
+import os, signal, sys, time
+ckpt = "/home/work/ckpt/step"
+step = start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+print("resumed at", step, flush=True)
+def term(*_):
+    notice = "/home/work/.jobgate/preempted"
+    first = open(notice).read().split()[0] if os.path.exists(notice) else "none"
+    open(ckpt, "w").write(str(step))
+    print("notice", first, "checkpointed", step, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+while not (start and step >= start + 20):
+    step += 1
+    time.sleep(0.02)
+print("done at", step, flush=True)
 """
 
 
@@ -197,3 +220,36 @@ def test_a_package_installed_with_pip_user_is_importable_in_the_next_session(
     code, _, err = run(stack, "--no-automount", "--", "python3", "-c", "import kept")
     assert code == 1
     assert "No module named 'kept'" in err
+
+
+def test_a_preempted_job_checkpoints_to_a_folder_and_resumes_from_it(stack: UpStack) -> None:
+    (node,) = stack.cli_json("nodes", "ls")
+    cpus = node["capacity"]["cpu"]
+    config = '{"preemption": "priority", "preemption_grace_s": 20}'
+    stack.cli("admin", "groups", "set", "default", "--config", config, check=True)
+    try:
+        stack.cli("folders", "create", "ckpt", check=True)
+        job = ["--folder", "ckpt", "--cpu", cpus, "--mem", "128m"]
+        low = stack.cli("run", "-d", "--priority", "10", *job, "--", "python3", "-c", TRAIN)
+        train = low.stdout.strip()
+        stack.wait_status(train, {"RUNNING"})
+        urgent = stack.cli("run", "-d", "--priority", "90", *job, "--", "echo", "urgent")
+        assert urgent.returncode == 0, urgent.stderr
+        done = stack.wait_status(urgent.stdout.strip(), {"SUCCEEDED"}, timeout=120)
+        assert done["kernels"][0]["node"] == node["id"]
+
+        ended = stack.wait_status(train, {"SUCCEEDED"}, timeout=120)
+        assert ended["preemptions"] == 1
+        assert ended["preempted_by"] == done["id"]
+        assert ended["kernels"][0]["attempt"] == 2
+        first = stack.cli("sessions", "logs", train, "--attempt", "1", check=True).stdout
+        assert first.startswith("resumed at 0\n"), first
+        saved = first.split("notice JOBGATE_PREEMPTED=1 checkpointed ")[1].split()[0]
+        second = stack.cli("sessions", "logs", train, check=True).stdout
+        assert second.startswith(f"resumed at {saved}\n"), second
+        assert second.rstrip().endswith(f"done at {int(saved) + 20}")
+        shown = stack.cli("sessions", "show", train, check=True).stdout
+        assert "PREEMPTED" in shown
+        assert f"preempted by {done['id'][:8]}" in shown
+    finally:
+        stack.cli("admin", "groups", "set", "default", "--config", '{"preemption": "off"}')
