@@ -108,14 +108,14 @@ def choose_victims(
 ) -> list[Holder] | None:
     """The minimal set of victims (sorted by id) that makes *fits* true, [] when it fits
     already, None when no eligible set does or the search would call *fits* more than
-    *max_checks* times. *one_node*: it must land on one node; *fits* then gets one node."""
+    *max_checks* times. *one_node*: it must land on one node; *fits* then gets one node,
+    and only nodes where some candidate holds room are tried."""
     pool = eligible(preemptor_id, rank, holders)
     scopes: list[_Scope]
     if one_node:
-        scopes = [
-            _Scope([n], [h for h in pool if any(k.node_id == n.id for k in h.kernels)], now)
-            for n in sorted(nodes, key=lambda n: n.id)
-        ]
+        # a node no candidate holds room on cannot be helped: it costs no check
+        on = {n.id: [h for h in pool if any(k.node_id == n.id for k in h.kernels)] for n in nodes}
+        scopes = [_Scope([n], on[n.id], now) for n in sorted(nodes, key=lambda n: n.id) if on[n.id]]
     else:
         scopes = [_Scope(list(nodes), pool, now)]
     try:
