@@ -119,15 +119,24 @@ def _write_project(api: Client, item: Item, now: Item | None) -> str:
     return "created" if now is None else "updated"
 
 
+#: a policy's fields in the file (its limits after scope and subject)
+POLICY_KEYS: Final = (
+    "scope",
+    "subject",
+    "max_sessions",
+    "max_pending",
+    "max_slots",
+    "max_folder_bytes",
+    "max_priority",
+)
+
+
 def _read_policies(api: Client) -> list[Item]:
-    keys = ("scope", "subject", "max_sessions", "max_pending", "max_slots", "max_folder_bytes")
-    return [{k: p.get(k) for k in keys} for p in api.get("/v1/policies")]
+    return [{k: p.get(k) for k in POLICY_KEYS} for p in api.get("/v1/policies")]
 
 
 def _write_policy(api: Client, item: Item, now: Item | None) -> str:
-    body = {
-        k: item.get(k) for k in ("max_sessions", "max_pending", "max_slots", "max_folder_bytes")
-    }
+    body = {k: item.get(k) for k in POLICY_KEYS[2:]}
     api.request(
         "PUT", f"/v1/policies/{segment(item['scope'])}/{segment(item['subject'])}", json=body
     )
@@ -165,7 +174,7 @@ SECTIONS: Final = (
     Section("projects", ("name", "members", "share"), _read_projects, _write_project),
     Section(
         "policies",
-        ("scope", "subject", "max_sessions", "max_pending", "max_slots", "max_folder_bytes"),
+        POLICY_KEYS,
         _read_policies,
         _write_policy,
     ),
@@ -177,7 +186,7 @@ SECTIONS: Final = (
     ),
 )
 #: fields added after the format's first version: files written before them still load
-OPTIONAL: Final = frozenset({"max_folder_bytes", "share"})
+OPTIONAL: Final = frozenset({"max_folder_bytes", "max_priority", "share"})
 _HEADER: Final = ("format", "version", "exported_at", "exported_from", "secrets")
 
 

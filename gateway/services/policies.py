@@ -21,7 +21,16 @@ __all__ = ["PolicyService", "ResourcePolicy", "Scope"]
 
 Scope = Literal["user", "project"]
 #: the limits a policy holds, by field name
-LIMITS = ("max_sessions", "max_pending", "max_slots", "max_folder_bytes", "allow_commit")
+LIMITS = (
+    "max_sessions",
+    "max_pending",
+    "max_slots",
+    "max_folder_bytes",
+    "allow_commit",
+    "max_priority",
+)
+#: the limits a merge patch sets as given (``max_slots`` merges slot by slot)
+PLAIN = tuple(name for name in LIMITS if name != "max_slots")
 
 
 class PolicyService:
@@ -53,7 +62,7 @@ class PolicyService:
         """Change only the limits *given* (a JSON merge patch; ``max_slots`` slot by slot)."""
         async with self.db() as db, db.begin():
             row = await _row(db, scope, subject)
-            for name in ("max_sessions", "max_pending", "max_folder_bytes", "allow_commit"):
+            for name in PLAIN:
                 if name in given:
                     setattr(row, name, given[name])
             if "max_slots" in given:

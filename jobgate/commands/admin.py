@@ -68,6 +68,7 @@ class Limit(StrEnum):
     max_pending = "max-pending"
     max_slots = "max-slots"
     max_folder_bytes = "max-folder-bytes"
+    max_priority = "max-priority"
 
 
 ScopeArg = Annotated[Scope, typer.Argument(help="Whose policy: user or project.")]
@@ -214,6 +215,7 @@ def _policy_fields(p: dict[str, Any]) -> dict[str, str]:
         "max pending": _n(p["max_pending"]),
         "max slots": slots_text(p["max_slots"]),
         "max folder bytes": _n(p.get("max_folder_bytes")),
+        "max priority": _n(p.get("max_priority")),
     }
 
 
@@ -223,7 +225,15 @@ def policies_ls(output: OutputOpt = Output.table) -> None:
     list_or_json(
         client().get("/v1/policies"),
         output,
-        ["SCOPE", "SUBJECT", "MAX SESSIONS", "MAX PENDING", "MAX SLOTS", "MAX FOLDER BYTES"],
+        [
+            "SCOPE",
+            "SUBJECT",
+            "MAX SESSIONS",
+            "MAX PENDING",
+            "MAX SLOTS",
+            "MAX FOLDER BYTES",
+            "MAX PRIORITY",
+        ],
         lambda p: list(_policy_fields(p).values()),
     )
 
@@ -248,6 +258,14 @@ def policies_set(
         str | None,
         typer.Option(help="Bytes its data folders may hold, e.g. 500g (docs/folders.md)."),
     ] = None,
+    max_priority: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=100,
+            help="The highest priority its sessions may ask for (docs/security.md).",
+        ),
+    ] = None,
     unset: Annotated[
         list[Limit], typer.Option(help="Make this limit unlimited again; repeatable.")
     ] = [],  # noqa: B006
@@ -263,6 +281,8 @@ def policies_set(
         body["max_pending"] = max_pending
     if max_folder_bytes is not None:
         body["max_folder_bytes"] = parse_bytes(max_folder_bytes, "--max-folder-bytes")
+    if max_priority is not None:
+        body["max_priority"] = max_priority
     if max_slot:
         slots = parse_pairs(max_slot, "--max-slot")
         body["max_slots"] = {k: (v or None) for k, v in slots.items()}

@@ -3,8 +3,10 @@
 A policy limits concurrent sessions, pending sessions, total slots and the bytes the
 subject's data folders may hold (``max_folder_bytes``, docs/folders.md); a user policy
 (or the ``*`` default) may also let its users commit sessions to images
-(``allow_commit``). The subject is a user or project name, or ``*`` for the default of
-every user (or project) without a policy of its own. Absent limits are unlimited.
+(``allow_commit``). ``max_priority`` caps the priority the subject's sessions may ask
+for (with preemption on, priority decides whose work may be stopped; docs/security.md).
+The subject is a user or project name, or ``*`` for the default of every user (or
+project) without a policy of its own. Absent limits are unlimited.
 
 ``PUT`` replaces a policy (limits not given become unlimited); ``PATCH`` is a JSON merge
 patch (RFC 7396): it changes only the limits given, ``null`` makes one unlimited, and
@@ -39,6 +41,9 @@ class PolicySet(Input):
     )
     allow_commit: bool | None = Field(
         default=None, description="users: may commit their sessions to private images"
+    )
+    max_priority: int | None = Field(
+        default=None, ge=0, le=100, description="the highest priority its sessions may ask for"
     )
 
     @field_validator("max_slots")
@@ -75,6 +80,9 @@ class PolicyPatch(Input):
     allow_commit: bool | None = Field(
         default=None, description="users: may commit their sessions to private images"
     )
+    max_priority: int | None = Field(
+        default=None, ge=0, le=100, description="the highest priority its sessions may ask for"
+    )
 
 
 class PolicyPublic(BaseModel):
@@ -85,6 +93,7 @@ class PolicyPublic(BaseModel):
     max_slots: dict[str, str] | None
     max_folder_bytes: int | None = None
     allow_commit: bool | None = None
+    max_priority: int | None = None
 
 
 def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
@@ -96,6 +105,7 @@ def _public(row: ResourcePolicy, names: dict[str, str]) -> PolicyPublic:
         max_slots=dict(row.max_slots) if row.max_slots else None,
         max_folder_bytes=row.max_folder_bytes,
         allow_commit=row.allow_commit,
+        max_priority=row.max_priority,
     )
 
 

@@ -369,7 +369,8 @@ function launchDialog(onLaunched) {
       .filter((d) => d.querySelector("[name=folder]").checked)
       .map((d) => ({ name: d.dataset.ref, read_only: d.querySelector("[name=folder_ro]").checked }));
     if (folders.length) body.folders = folders;
-    body.priority = Number(v.priority.value || 50);
+    // left empty: the gateway's default (50, or the policy's max_priority when lower)
+    if (v.priority.value !== "") body.priority = Number(v.priority.value);
     if (v.starts_at.value.trim()) body.starts_at = v.starts_at.value.trim();
     const count = Number(v.count.value || 1);
     if (!Number.isInteger(count) || count < 1) throw { field: "count", message: "a whole number, 1 or more" };

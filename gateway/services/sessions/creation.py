@@ -154,6 +154,7 @@ class Creation:
         place.check_group(facts.group, body, config)  # its cluster limits before feasibility
         image = await place.feasible(reads, body, resources, config)
         project_id = await check.project(reads(), principal, body.project) if body.project else None
+        priority = await quota.priority(principal, project_id, body, limits)
         await quota.check_slot_limits(principal, project_id, body, resources, limits)
         await quota.check_pending(
             reads, principal, project_id, body.project, len(rows), facts, limits
@@ -172,7 +173,7 @@ class Creation:
             env={},  # each session its own, below
             resources=resources.to_json(),
             resource_group=body.resource_group,
-            priority=body.priority,
+            priority=priority,
             apps=self._registered_apps(body, facts.image),
             mounts=[m.model_dump() for m in body.mounts],
             folders=folders,

@@ -1,5 +1,6 @@
-"""Quotas at create: the resource policies' ``max_pending`` and ``max_slots``, and the
-budgets (a session that would spend a whole budget in its first hour), cached."""
+"""Quotas at create: the resource policies' ``max_pending``, ``max_slots`` and
+``max_priority``, and the budgets (a session that would spend a whole budget in its
+first hour), cached."""
 
 from __future__ import annotations
 
@@ -64,6 +65,36 @@ class Limits:
             ).scalar_one()
             _refuse_over(f"project {project}", pending, adding, project_limit)
 
+    async def priority(
+        self,
+        principal: Principal,
+        project_id: str | None,
+        body: SessionCreate,
+        limits: Policies,
+    ) -> int:
+        """The priority the session gets under the ``max_priority`` of its owner (their
+        policy's, else the ``*`` default's) and of its project: the lower cap applies.
+        Asking for more is refused; a request that asked for none gets the default,
+        lowered to the cap when the cap is below it. Admins are not exempt: the cap is
+        the owner's. Policies are cached; a refusal is given only after they are read
+        again (a lifted cap counts at once)."""
+        asked = "priority" in body.model_fields_set
+        cap = _priority_cap(limits, principal, project_id, body.project)
+        if asked and cap is not None and body.priority > cap[0]:
+            limits = await self.policies(fresh=True)
+            cap = _priority_cap(limits, principal, project_id, body.project)
+        if cap is None:
+            return body.priority
+        most, who = cap
+        if body.priority <= most:
+            return body.priority
+        if not asked:
+            return most
+        raise Invalid(
+            f"priority {body.priority} is above the highest {who} may ask for ({most})",
+            field="priority",
+        )
+
     async def check_slot_limits(
         self,
         principal: Principal,
@@ -112,8 +143,8 @@ class Limits:
             )
 
     async def policies(self, *, fresh: bool = False) -> Policies:
-        """The policies' max_pending and max_slots, re-read every few seconds (policies
-        rarely change) or when *fresh*."""
+        """The policies' max_pending, max_slots and max_priority, re-read every few
+        seconds (policies rarely change) or when *fresh*."""
         if not fresh and self._cache.current():
             return self._cache.value
         async with self.db() as db:
@@ -123,12 +154,15 @@ class Limits:
                     ResourcePolicy.subject_id,
                     ResourcePolicy.max_pending,
                     ResourcePolicy.max_slots,
+                    ResourcePolicy.max_priority,
                 )
             )
             limits = Policies()
-            for scope, subject, pending, slots in rows:
+            for scope, subject, pending, slots, priority in rows:
                 if pending is not None:
                     limits.pending[scope, subject] = pending
+                if priority is not None:
+                    limits.priority[scope, subject] = priority
                 limits.slots[scope, subject] = ResourceSlots.from_json(slots) if slots else None
             budgets = await db.execute(
                 select(
@@ -148,6 +182,8 @@ class Policies:
 
     #: (scope, subject) -> max_pending, for the policies that set one
     pending: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (scope, subject) -> max_priority, for the policies that set one
+    priority: dict[tuple[str, str], int] = field(default_factory=dict)
     #: (scope, subject) -> max_slots (None: unlimited), for every policy
     slots: dict[tuple[str, str], ResourceSlots | None] = field(default_factory=dict)
     #: (scope, subject) -> (period, kind -> slot-hours) of every budget; a member's
@@ -158,11 +194,31 @@ class Policies:
         """The max_pending that applies to *subject*: its own, else its scope's default."""
         return self.pending.get((scope, subject), self.pending.get((scope, DEFAULT_SUBJECT)))
 
+    def max_priority(self, scope: str, subject: str) -> int | None:
+        """The max_priority that applies to *subject*: its own, else its scope's default."""
+        return self.priority.get((scope, subject), self.priority.get((scope, DEFAULT_SUBJECT)))
+
     def max_slots(self, scope: str, subject: str) -> ResourceSlots | None:
         """The max_slots that apply to *subject*: its policy's, else the scope's default
         policy's (as the scheduler's quota validator reads them)."""
         own = (scope, subject)
         return self.slots[own] if own in self.slots else self.slots.get((scope, DEFAULT_SUBJECT))
+
+
+def _priority_cap(
+    limits: Policies, principal: Principal, project_id: str | None, project: str | None
+) -> tuple[int, str] | None:
+    """The lower of the owner's and the project's max_priority, and whose it is (the
+    user's on a tie); None when neither sets one."""
+    caps: list[tuple[int, str]] = []
+    user_cap = limits.max_priority("user", principal.user_id)
+    if user_cap is not None:
+        caps.append((user_cap, f"user {principal.name}"))
+    if project_id is not None:
+        project_cap = limits.max_priority("project", project_id)
+        if project_cap is not None:
+            caps.append((project_cap, f"project {project}"))
+    return min(caps, key=lambda cap: cap[0]) if caps else None
 
 
 def _over_limit(

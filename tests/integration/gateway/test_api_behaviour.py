@@ -47,6 +47,7 @@ async def test_patch_changes_only_the_fields_given(any_stack: Stack) -> None:
             "max_slots": {"cpu": "8", "mem": str(4 * 1024**3)},
             "max_folder_bytes": None,
             "allow_commit": None,
+            "max_priority": None,
         }
         # slots merge one by one; null lifts a limit
         r = await api.patch(

@@ -70,7 +70,7 @@ async def configure(stack: Stack) -> None:
                 "/v1/policies/user/alice",
                 {"max_sessions": 3, "max_slots": {"cpu": 8, "mem": "32g"}},
             ),
-            ("PUT", "/v1/policies/project/vision", {"max_pending": 50}),
+            ("PUT", "/v1/policies/project/vision", {"max_pending": 50, "max_priority": 70}),
             ("PUT", "/v1/policies/user/*", {"max_sessions": 10}),
             (
                 "PUT",
@@ -108,6 +108,8 @@ async def test_export_then_import_twice_into_another_deployment(
     assert {"name": "vision", "members": ["alice"], "share": 2} in doc["projects"]
     alice = next(p for p in doc["policies"] if p["subject"] == "alice")
     assert alice["max_sessions"] == 3
+    vision = next(p for p in doc["policies"] if p["subject"] == "vision")
+    assert (vision["max_pending"], vision["max_priority"]) == (50, 70)
     assert doc["images"][0]["apps"]["jupyter"]["port"] == 8888
     assert doc["budgets"] == [
         {
