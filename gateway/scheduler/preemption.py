@@ -43,9 +43,10 @@ async def add_preemption_view(db: AsyncSession, snapshot: Snapshot) -> None:
     """Fill ``snapshot.running`` and ``snapshot.preempting`` (a group that preempts)."""
     config = snapshot.config
     group = snapshot.resource_group
-    by_default = and_(
-        Session.preemptible.is_(None), Session.type == "batch", Session.endpoint_id.is_(None)
-    )
+    batch = and_(Session.type == "batch", Session.endpoint_id.is_(None))
+    by_default = and_(Session.preemptible.is_(None), batch)
+    if not config.preemption_opt_out:  # what a batch session says does not count
+        by_default = batch
     sessions = list(
         await db.execute(
             select(

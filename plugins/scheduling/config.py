@@ -174,6 +174,9 @@ class SchedulerConfig(BaseModel):
     preemption_grace_s: float = Field(default=30.0, ge=0, le=3600)
     #: times one session may be preempted; after that it is no longer preemptible
     max_preemptions: int = Field(default=3, ge=0, le=100)
+    #: batch sessions may opt out with ``preemptible: false``; off: every batch session of
+    #: the group is preemptible whatever it says (the operator's, not the tenants', call)
+    preemption_opt_out: bool = True
     #: pending sessions one pass may preempt for (the first in queue order that wait
     #: for room); each search is bounded (plugins/scheduling/preemption.py)
     max_preemptors_per_pass: int = Field(default=4, ge=1, le=100)

@@ -131,3 +131,17 @@ async def test_an_interactive_session_is_not_preempted_by_default(stack: Stack) 
     held = await stack.wait_pending(urgent["id"], "no node fits")
     assert "preempting" not in held["pending_reason"]
     assert (await stack.get(notebook["id"]))["status"] == "RUNNING"
+
+
+async def test_without_opt_out_a_batch_session_that_says_no_is_preempted(stack: Stack) -> None:
+    await _put_group(
+        stack,
+        {"preemption": "priority", "preemption_grace_s": 1, "preemption_opt_out": False},
+    )
+    await stack.start_worker("n1", worker_cpu="2")
+    stubborn = await stack.submit(**_job("2", 10, preemptible=False))
+    await stack.wait_output(stubborn["id"], "started")
+    urgent = await stack.submit(**_job("2", 90))
+    await stack.wait_status(urgent["id"], {"RUNNING"})
+    again = await stack.get(stubborn["id"])
+    assert (again["preemptible"], again["preemptions"]) == (False, 1)
