@@ -323,7 +323,13 @@ class _Loss:
     def settle(self, outcome: Outcome, limit: int, settings: GatewaySettings) -> bool:
         """Apply *outcome*; True if the session ended ERROR (its other kernels must stop)."""
         session = self.session
-        if outcome == Outcome.PLACE_AGAIN:
+        if outcome == Outcome.PLACE_AGAIN and session.status == S.PREEMPTED:
+            session.preemptions += 1
+            self.place_again(
+                f"queued again after preemption {session.preemptions} "
+                f"(node {self.node_id} lost while it stopped)"
+            )
+        elif outcome == Outcome.PLACE_AGAIN:
             self.place_again(f"node {self.node_id} stopped responding before it started")
         elif outcome == Outcome.RETRY:
             session.retries += 1

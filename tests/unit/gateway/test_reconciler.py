@@ -131,6 +131,36 @@ CASES = [
     ),
     pytest.param(
         Case(
+            S.PREEMPTED,
+            [(K.STOPPING, "n1")],
+            set(),
+            60,
+            60,
+            S.PENDING,
+            [K.PENDING],
+            schedule=True,
+            retries=3,  # not a retry: it was to wait again anyway
+            attempts=[2],
+            reason="queued again after preemption 1 (node n1 lost while it stopped)",
+        ),
+        id="node-lost-under-a-preempted-session-queues-it-again",
+    ),
+    pytest.param(
+        Case(
+            S.PREEMPTED,
+            [(K.STOPPING, "n1")],
+            {"n1"},
+            0,
+            60,
+            S.PREEMPTED,
+            [K.STOPPING],
+            stops=["s1-k0"],
+            cpus_taken="1",
+        ),
+        id="lost-preemption-stop-job-is-sent-again",
+    ),
+    pytest.param(
+        Case(
             S.SCHEDULED,
             [(K.SCHEDULED, "n1")],
             set(),
