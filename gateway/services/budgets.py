@@ -164,8 +164,8 @@ class BudgetService:
                 _creatable(scope, subject, row, wanted)
             period, window, limits, members = check_budget(
                 scope,
-                wanted.get("period"),
-                wanted.get("window", "calendar"),
+                wanted.get("period"),  # none (a patch's null removed it): a 422
+                wanted.get("window", "calendar"),  # none: the default, as a policy's null
                 wanted.get("limits"),
                 wanted.get("members"),
             )
