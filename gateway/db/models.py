@@ -236,7 +236,8 @@ class Budget(Base):
     -> kind -> slot-hours, that member's part of the project's budget. ``state`` is what
     the last check found (gateway/scheduler/budgets.py): per holder ("" for the subject
     itself, else a member's user id) its alert level, what it spent and until when it is
-    spent, and the calendar period that was counted.
+    spent (``until``; ``kinds``: each spent kind's own time), and the calendar period
+    that was counted.
     """
 
     __tablename__ = "budgets"

@@ -31,6 +31,7 @@ __all__ = [
     "Window",
     "check_budget",
     "crossed",
+    "exhausted_kinds",
     "exhausted_until",
     "level",
     "over",
@@ -149,20 +150,30 @@ def exhausted_until(
     to the second. Sessions that go on running spend more, and push it later when the
     budgets are next checked.
     """
+    frees = exhausted_kinds(period, window, records, limits, now)
+    return max(frees.values(), default=None)
+
+
+def exhausted_kinds(
+    period: str,
+    window: str,
+    records: Iterable[Record],
+    limits: Mapping[str, float],
+    now: datetime,
+) -> dict[str, datetime]:
+    """The spent kinds, each with when it is under its limit again (as
+    :func:`exhausted_until`, which is the latest of them); empty: nothing is spent."""
     records = list(records)
     start, end = window_bounds(period, window, now)
-    used = spent(records, start, end, now)
-    kinds = over(used, limits)
-    if not kinds:
-        return None
+    kinds = over(spent(records, start, end, now), limits)
     if window == "calendar":
-        return end
+        return dict.fromkeys(kinds, end)
     length = ROLLING[period]
     clipped = [Record(r.slots, r.started, min(r.ended or now, now)) for r in records]
-    latest = now
-    for kind in kinds:
-        latest = max(latest, _rolling_free(clipped, kind, limits[kind], length, now))
-    return _ceil_second(latest)
+    return {
+        kind: _ceil_second(max(now, _rolling_free(clipped, kind, limits[kind], length, now)))
+        for kind in kinds
+    }
 
 
 def _rolling_free(

@@ -24,9 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.db.models import Budget, Project, Usage, User, WebhookEvent
 from gateway.db.transitions import event_row
 from gateway.domain.budgets import (
+    KINDS,
     Record,
     crossed,
-    exhausted_until,
+    exhausted_kinds,
     level,
     spent,
     window_bounds,
@@ -98,16 +99,19 @@ async def check_budget(db: AsyncSession, row: Budget, now: datetime) -> dict[str
         "levels": {},
         "used": {},
         "until": {},
+        "kinds": {},
     }
     names: dict[str, str] | None = None
     for holder, (limits, mine) in holders.items():
         used = spent(mine, start, end, now)
         reached = level(used, limits)
-        until = exhausted_until(row.period, window, mine, limits, now)
+        frees = exhausted_kinds(row.period, window, mine, limits, now)
+        until = max(frees.values(), default=None)
         state["levels"][holder] = reached
         state["used"][holder] = {k: round(used[k], 6) for k in limits}
         if until is not None:
             state["until"][holder] = until.isoformat()
+            state["kinds"][holder] = {k: at.isoformat() for k, at in sorted(frees.items())}
         for threshold in crossed(int(before.get(holder, 0)), reached):
             names = names if names is not None else await _names(db, row)
             _alert(db, row, holder, threshold, state, names, now)
@@ -163,7 +167,8 @@ async def check_budgets(db: AsyncSession, now: datetime) -> int:
 
 async def add_budget_holds(db: AsyncSession, snapshot: Snapshot) -> None:
     """Fill ``snapshot.budget_holds``: the spent budgets of the pending sessions' users,
-    projects and project members, with the time each frees (as last checked)."""
+    projects and project members, with their spent kinds and the time each frees (as
+    last checked; a state from before kinds were kept: every kind, until its time)."""
     owners = sorted({r.owner for r in snapshot.pending})
     projects = sorted({r.project for r in snapshot.pending if r.project})
     rows = await db.execute(
@@ -176,9 +181,12 @@ async def add_budget_holds(db: AsyncSession, snapshot: Snapshot) -> None:
     )
     now = utc(snapshot.now)
     for scope, subject, state in rows:
+        kinds = (state or {}).get("kinds", {})
         for holder, text in (state or {}).get("until", {}).items():
-            until = utc(datetime.fromisoformat(text))
-            if until <= now:
+            frees = kinds.get(holder) or dict.fromkeys(KINDS, text)
+            spent_kinds = {k: utc(datetime.fromisoformat(t)) for k, t in frees.items()}
+            spent_kinds = {k: until for k, until in spent_kinds.items() if until > now}
+            if not spent_kinds:
                 continue
             key = (scope, subject) if holder == SELF else ("member", f"{subject}/{holder}")
-            snapshot.budget_holds[key] = until
+            snapshot.budget_holds[key] = spent_kinds

@@ -28,7 +28,7 @@ from gateway.domain.patch import merge_patch
 from gateway.scheduler.budgets import SELF, window_of
 from gateway.scheduler.budgets import check_budget as work_out
 
-__all__ = ["BudgetService", "BudgetView", "HolderView", "Scope"]
+__all__ = ["BudgetService", "BudgetView", "HolderView", "Scope", "drop_member"]
 
 Scope = Literal["user", "project"]
 
@@ -164,8 +164,8 @@ class BudgetService:
                 _creatable(scope, subject, row, wanted)
             period, window, limits, members = check_budget(
                 scope,
-                wanted.get("period"),
-                wanted.get("window", "calendar"),
+                wanted.get("period"),  # none (a patch's null removed it): a 422
+                wanted.get("window", "calendar"),  # none: the default, as a policy's null
                 wanted.get("limits"),
                 wanted.get("members"),
             )
@@ -201,6 +201,22 @@ class BudgetService:
             checked_at=_when(state, "checked_at"),
             updated_at=row.updated_at,
         )
+
+
+async def drop_member(db: AsyncSession, project_id: str, user_id: str) -> None:
+    """A member leaves the project: their sub-limit leaves its budget, in the caller's
+    transaction (the row locked), with what was worked out for them; else the members'
+    sum and the check that every member is in the project would refuse the next PATCH or
+    ``jobgate admin config import`` of the budget."""
+    row = await _find(db, "project", project_id, lock=True)
+    if row is None or user_id not in row.members:
+        return
+    row.members = {u: v for u, v in row.members.items() if u != user_id}
+    state = dict(row.state or {})
+    for key in ("levels", "used", "until"):
+        if isinstance(state.get(key), dict):
+            state[key] = {h: v for h, v in state[key].items() if h != user_id}
+    row.state = state
 
 
 def _creatable(scope: Scope, subject: str, row: Budget | None, wanted: dict[str, Any]) -> None:

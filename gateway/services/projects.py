@@ -9,6 +9,7 @@ from gateway.auth import Principal
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Project, ProjectMember, User
 from gateway.domain.errors import NotFound
+from gateway.services.budgets import drop_member
 from gateway.services.rows import add_named
 
 __all__ = ["Project", "ProjectService"]
@@ -70,6 +71,7 @@ class ProjectService:
                 if row is None:
                     raise NotFound(f"{user_name!r} is not a member of {name!r}")
                 await db.delete(row)
+                await drop_member(db, project.id, row.user_id)
             return project, await _members(db, project.id)
 
 

@@ -178,8 +178,9 @@ class Snapshot:
     #: decayed historical usage and shares, for the fair-share sequencer (None: none)
     fair_share: FairShareView | None = None
     #: spent budgets: ("user", user id), ("project", project id) or ("member",
-    #: "project id/user id") -> when new sessions of theirs may start again
-    budget_holds: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    #: "project id/user id") -> each spent kind ("gpu": every accelerator slot, "cpu",
+    #: "mem") -> when new sessions of theirs that ask for that kind may start again
+    budget_holds: dict[tuple[str, str], dict[str, datetime]] = field(default_factory=dict)
     #: the group's preemptible running sessions (only when its config turns preemption on)
     running: list[RunningSession] = field(default_factory=list)
     #: pending session id -> the sessions preempted for it that have not ended yet

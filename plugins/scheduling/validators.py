@@ -4,7 +4,8 @@
   Usage counts the sessions held now (the snapshot) plus those placed earlier in this
   pass. (The limit on *pending* sessions is the gateway's, at create time.) It also
   holds back the sessions of a user, project or project member whose budget of
-  slot-hours is spent (``Snapshot.budget_holds``, worked out by the gateway).
+  slot-hours is spent (``Snapshot.budget_holds``, worked out by the gateway): a spent
+  gpu budget only the sessions that ask for an accelerator slot.
 * ``dependencies`` - a session starts only after every session it depends on
   SUCCEEDED; one that ended FAILED, CANCELLED, ERROR or TERMINATED cancels it (and, in
   the same pass, whatever depends on it in turn); a dependency cycle cancels its members.
@@ -28,6 +29,8 @@ __all__ = ["DependencyValidator", "QuotaValidator", "StartTimeValidator"]
 #: statuses after which a dependent session can never start
 DOOMED = frozenset({"FAILED", "CANCELLED", "ERROR", "TERMINATED"})
 SUCCEEDED = "SUCCEEDED"
+#: the budget kinds every session spends (docs/fair-share.md, Budgets)
+CPU_MEM = frozenset({"cpu", "mem"})
 
 
 class NoSettings(BaseModel):
@@ -82,20 +85,35 @@ class QuotaValidator:
 
 
 def _budget(request: SessionRequest, ctx: PassContext) -> str | None:
-    """``budget of project ml-a exhausted until 2026-12-01 00:00 UTC`` (the latest, when
-    several of the session's budgets are spent), or None."""
+    """``budget of project ml-a exhausted until 2026-12-01 00:00 UTC (gpu)`` (the latest,
+    when several of the session's budgets are spent), or None. A spent kind holds back
+    only the sessions that ask for it: gpu those that ask for an accelerator slot; cpu
+    and mem every session."""
     holds = ctx.snapshot.budget_holds
+    asks = _budget_kinds(request)
     user = f"user {ctx.user_name(request.owner)}"
     keys = [(("user", request.owner), user)]
     if request.project is not None:
         project = f"project {ctx.project_name(request.project)}"
         keys.append((("project", request.project), project))
         keys.append((("member", f"{request.project}/{request.owner}"), f"{user} in {project}"))
-    spent = [(holds[key], who) for key, who in keys if key in holds]
+    spent = []
+    for key, who in keys:
+        mine = {k: at for k, at in holds.get(key, {}).items() if k in asks}
+        if mine:
+            spent.append((max(mine.values()), who, ", ".join(sorted(mine))))
     if not spent:
         return None
-    until, who = max(spent)
-    return f"budget of {who} exhausted until {utc(until):%Y-%m-%d %H:%M} UTC"
+    until, who, kinds = max(spent)
+    return f"budget of {who} exhausted until {utc(until):%Y-%m-%d %H:%M} UTC ({kinds})"
+
+
+def _budget_kinds(request: SessionRequest) -> frozenset[str]:
+    """The budget kinds a session spends: cpu and mem always, gpu when it asks for any
+    accelerator slot (every slot but cpu and mem, as the budgets count them)."""
+    if any(amount > 0 for slot, amount in request.requested.items() if slot not in CPU_MEM):
+        return frozenset({"cpu", "mem", "gpu"})
+    return CPU_MEM
 
 
 class DependencyValidator:

@@ -3,9 +3,12 @@
 
 Admins set them: ``PUT`` replaces a budget, ``PATCH`` is a JSON merge patch (RFC 7396) of
 it as ``GET`` shows it (``limits`` and ``members`` merge key by key; ``null`` removes),
-``DELETE`` removes it. Anyone may read the budgets that apply to them: their own and
-their projects' (admins: all); another user's or a foreign project's is a 403 whether
-or not it exists. Nonsense is a 422 naming the field (gateway/domain/budgets.py).
+``DELETE`` removes it. ``window: null`` puts a budget back on the default, ``calendar``
+(as ``null`` lifts a policy's limit: back to its default); ``period: null`` is a 422
+naming ``period``, a budget has no default period. Anyone may read the budgets that
+apply to them: their own and their projects' (admins: all); another user's or a foreign
+project's is a 403 whether or not it exists. Nonsense is a 422 naming the field
+(gateway/domain/budgets.py).
 """
 
 from __future__ import annotations
@@ -86,13 +89,18 @@ class BudgetSet(Input):
 
 
 class BudgetPatch(Input):
-    """Only what is given changes; ``null`` removes a limit, a member or all members."""
+    """Only what is given changes; ``null`` removes a limit, a member or all members, and
+    puts ``window`` back on its default (calendar); ``period`` has none (null: 422)."""
 
     period: Period | None = Field(
-        default=None, json_schema_extra=_schema({"enum": ["day", "week", "month"]}, optional=False)
+        default=None,
+        description="day | week | month (no default: null is a 422)",
+        json_schema_extra=_schema({"enum": ["day", "week", "month"]}, optional=False),
     )
     window: Window | None = Field(
-        default=None, json_schema_extra=_schema({"enum": ["calendar", "rolling"]}, optional=False)
+        default=None,
+        description="calendar | rolling; null: back to the default, calendar",
+        json_schema_extra=_schema({"enum": ["calendar", "rolling"]}, optional=True),
     )
     limits: dict[str, float | None] | None = Field(
         default=None,

@@ -1,8 +1,9 @@
 """Budgets through the real gateway and scheduler: a spent project budget keeps its new
-sessions PENDING with the reason (in the API and ``jobgate sessions show``) while another
-project's session runs, and lets them run once raised; nonsense is a 422 naming the
-field; only admins set budgets and users read only their own and their projects'; the
-80 % and 100 % webhooks go out once per crossing (docs/fair-share.md, Budgets).
+sessions PENDING with the reason (in the API and ``jobgate sessions show``) while
+another project's session runs, and lets them run once raised; a spent gpu budget holds
+no cpu-only session; nonsense is a 422 naming the field; only admins set budgets and
+users read only their own and their projects'; the 80 % and 100 % webhooks go out once
+per crossing (docs/fair-share.md, Budgets).
 
 Past use is written as the accounting writes it (a ``usage`` row, gateway/db/usage.py),
 with whole-minute times, so the expected "until" follows from them exactly.
@@ -114,7 +115,7 @@ async def test_a_spent_project_budget_holds_its_sessions_while_another_project_r
     await stack.start_worker(worker_runtime="sim", worker_cpu="4")
     held = await stack.submit(alice, command=["x"], env=LONG, resources=CPU1, project="ml-a")
     other = await stack.submit(bob, command=["x"], env=LONG, resources=CPU1, project="ml-b")
-    reason = f"budget of project ml-a exhausted until {free:%Y-%m-%d %H:%M} UTC"
+    reason = f"budget of project ml-a exhausted until {free:%Y-%m-%d %H:%M} UTC (cpu)"
     seen = await stack.wait_pending(held["id"], reason)
     assert seen["pending_reason"] == reason
     await stack.wait_status(other["id"], {"RUNNING"})
@@ -134,6 +135,24 @@ async def test_a_spent_project_budget_holds_its_sessions_while_another_project_r
     )
     assert json.loads(raised)["window"] == "rolling"
     await stack.wait_status(held["id"], {"RUNNING"})
+
+
+async def test_a_spent_gpu_budget_lets_cpu_only_sessions_run(stack: Stack) -> None:
+    alice, alice_id, ml_a = await _member(stack, "alice", "ml-a")
+    end = _minute(timedelta(minutes=2))
+    start = end - timedelta(hours=3)
+    await _past_usage(stack, alice_id, ml_a, {"cuda.shares": "1"}, start, end)  # 3 gpu-hours
+    budget = await _admin(
+        stack,
+        "PUT",
+        "/v1/budgets/project/ml-a",
+        {"period": "day", "window": "rolling", "limits": {"gpu": 2, "cpu": 100}},
+    )
+    assert budget["used"] == {"gpu": 3.0, "cpu": 0.0}
+    assert budget["exhausted_until"] is not None
+    await stack.start_worker(worker_runtime="sim", worker_cpu="4")
+    cpu_only = await stack.submit(alice, command=["x"], env=LONG, resources=CPU1, project="ml-a")
+    await stack.wait_status(cpu_only["id"], {"RUNNING"})
 
 
 async def test_a_member_sub_limit_holds_that_member_only(stack: Stack) -> None:

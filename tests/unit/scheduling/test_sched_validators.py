@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sched_builders import NOW, limits, node, order_placed, session, snapshot, usage
+from sched_builders import NOW, gpus, limits, node, order_placed, session, snapshot, usage
 
 from plugins.scheduling import reasons
 from plugins.scheduling.planner import plan
@@ -113,38 +113,49 @@ UNTIL = NOW + timedelta(hours=10, minutes=12)
 LATER = NOW + timedelta(days=3)
 
 
+CPU = {"cpu": UNTIL}
+
+
 @pytest.mark.parametrize(
     ("holds", "waiting"),
     [
         pytest.param(
-            {("project", "p1"): UNTIL},
-            {"s1": "budget of project ml-a exhausted until 2026-11-21 00:00 UTC"},
+            {("project", "p1"): CPU},
+            {"s1": "budget of project ml-a exhausted until 2026-11-21 00:00 UTC (cpu)"},
             id="project-spent-holds-its-sessions-only",
         ),
         pytest.param(
-            {("user", "alice"): UNTIL},
-            {"s1": "budget of user alice exhausted until 2026-11-21 00:00 UTC"},
+            {("user", "alice"): {"mem": UNTIL}},
+            {"s1": "budget of user alice exhausted until 2026-11-21 00:00 UTC (mem)"},
             id="user-spent",
         ),
         pytest.param(
-            {("member", "p1/alice"): UNTIL},
-            {"s1": "budget of user alice in project ml-a exhausted until 2026-11-21 00:00 UTC"},
+            {("member", "p1/alice"): CPU},
+            {
+                "s1": "budget of user alice in project ml-a exhausted until 2026-11-21 "
+                "00:00 UTC (cpu)"
+            },
             id="member-sub-limit-spent",
         ),
         pytest.param(
-            {("member", "p2/alice"): UNTIL},
+            {("member", "p2/alice"): CPU},
             {},
             id="a-member-limit-of-another-project-does-not-apply",
         ),
         pytest.param(
-            {("project", "p1"): UNTIL, ("user", "alice"): LATER},
-            {"s1": "budget of user alice exhausted until 2026-11-23 13:48 UTC"},
+            {("project", "p1"): CPU, ("user", "alice"): {"cpu": UNTIL, "mem": LATER}},
+            {"s1": "budget of user alice exhausted until 2026-11-23 13:48 UTC (cpu, mem)"},
             id="the-latest-of-several-is-named",
+        ),
+        pytest.param(
+            {("project", "p1"): {"gpu": LATER}},
+            {},
+            id="a-spent-gpu-budget-does-not-hold-a-cpu-only-session",
         ),
     ],
 )
 def test_spent_budgets_hold_sessions_back(
-    holds: dict[tuple[str, str], datetime], waiting: dict[str, str]
+    holds: dict[tuple[str, str], dict[str, datetime]], waiting: dict[str, str]
 ) -> None:
     pending = [
         session("s1", owner="alice", project="p1", at=0),
@@ -155,6 +166,28 @@ def test_spent_budgets_hold_sessions_back(
     assert result.waiting == waiting
     assert "s2" in order_placed(result)  # another project's session runs meanwhile
     assert all(result.codes[s] == reasons.BUDGET for s in waiting)
+
+
+def test_a_spent_gpu_budget_holds_only_sessions_that_ask_for_an_accelerator() -> None:
+    pending = [
+        session("cpu-only", owner="alice", project="p1", at=0),
+        session("gpu", owner="alice", project="p1", at=1, slots={"cuda.shares": "0.5"}),
+    ]
+    holds = {("project", "p1"): {"gpu": LATER}}
+    names = {"project_names": {"p1": "ml-a"}}
+    gpu_node = [node("n1", cpu=64, mem="256g", devices=gpus("g", 1))]
+    result = plan(snapshot(gpu_node, pending, budget_holds=holds, **names))
+    assert result.waiting == {
+        "gpu": "budget of project ml-a exhausted until 2026-11-23 13:48 UTC (gpu)"
+    }
+    assert order_placed(result) == ["cpu-only"]
+    # a spent cpu (or mem) budget holds every session, until its own time
+    holds = {("project", "p1"): {"gpu": LATER, "cpu": UNTIL}}
+    result = plan(snapshot(gpu_node, pending, budget_holds=holds, **names))
+    assert result.waiting == {
+        "cpu-only": "budget of project ml-a exhausted until 2026-11-21 00:00 UTC (cpu)",
+        "gpu": "budget of project ml-a exhausted until 2026-11-23 13:48 UTC (cpu, gpu)",
+    }
 
 
 DEP = "7f3a1c2d-5b6e-4f70-8a91-b2c3d4e5f607"

@@ -96,6 +96,7 @@ async def test_a_member_sub_limit_is_its_own_holder(db: SessionFactory) -> None:
     assert state["used"] == {"": {"gpu": 6.0}, "ub": {"gpu": 3.0}}
     # bob is back under 2 once 1 of his 3 hours left the last day: 01:00 tomorrow
     assert state["until"] == {"ub": "2026-11-24T01:00:00+00:00"}
+    assert state["kinds"] == {"ub": {"gpu": "2026-11-24T01:00:00+00:00"}}
     assert await _events(db) == [("budget.warning", "bob", 80), ("budget.exhausted", "bob", 100)]
 
     snapshot = Snapshot(
@@ -110,7 +111,9 @@ async def test_a_member_sub_limit_is_its_own_holder(db: SessionFactory) -> None:
     )
     async with db() as s:
         await add_budget_holds(s, snapshot)
-    assert snapshot.budget_holds == {("member", "pa/ub"): datetime(2026, 11, 24, 1, tzinfo=UTC)}
+    assert snapshot.budget_holds == {
+        ("member", "pa/ub"): {"gpu": datetime(2026, 11, 24, 1, tzinfo=UTC)}
+    }
 
 
 async def test_a_lowered_level_re_arms_and_every_budget_is_checked(db: SessionFactory) -> None:
@@ -127,3 +130,18 @@ async def test_a_lowered_level_re_arms_and_every_budget_is_checked(db: SessionFa
         row.limits = {"gpu": 10.0}
         await check_budget(s, row, MONDAY + timedelta(days=1))
     assert await _events(db) == [("budget.warning", None, 80), ("budget.warning", None, 80)]
+
+
+async def test_a_state_from_before_kinds_were_kept_holds_every_kind(db: SessionFactory) -> None:
+    until = MONDAY + timedelta(days=1)
+    await _setup(db, period="day", limits={"gpu": 1.0})
+    async with db() as s, s.begin():
+        row = (await s.execute(select(Budget))).scalar_one()
+        row.state = {"until": {"": until.isoformat()}}
+    request = SessionRequest(
+        id="s1", owner="ua", requested=ResourceSlots(), created_at=MONDAY, project="pa"
+    )
+    snapshot = Snapshot(now=MONDAY, nodes=[], pending=[request])
+    async with db() as s:
+        await add_budget_holds(s, snapshot)
+    assert snapshot.budget_holds == {("project", "pa"): dict.fromkeys(("gpu", "cpu", "mem"), until)}
