@@ -49,6 +49,7 @@ class PassResult:
     apply_seconds: float = 0.0
     #: sessions the pass left pending, by reason code (``no-fit``, ``quota`` ...)
     waiting: Mapping[str, int] = field(default_factory=dict)
+    preempted: int = 0  # running sessions it preempted
 
 
 class Scheduler:
@@ -123,6 +124,7 @@ class Scheduler:
             plan_seconds=plan_s,
             apply_seconds=apply_s,
             waiting=waiting_codes(decided.codes, decided.waiting),
+            preempted=len(applied.preempted),
         )
 
     async def run_requested(self, resource_group: str) -> list[PassResult]:
@@ -192,6 +194,8 @@ class Scheduler:
         self._adapt(result)
         if self.metrics is not None:
             self.metrics.passed(resource_group, result.seconds, result.placed, result.waiting)
+        if result.preempted:
+            log.info("pass %s: %d session(s) preempted", result.resource_group, result.preempted)
         if result.placed or result.cancelled:
             log.info(
                 "pass %s: %d pending, %d placed, %d cancelled, %.3fs "

@@ -48,7 +48,7 @@ def preempt(
     """Choose victims for the first *waiting* sessions (queue order, code ``no-fit``);
     write them to ``result.preempted`` and the sessions' reasons to ``result.waiting``."""
     config = snapshot.config
-    if config.preemption == "off":
+    if config.preemption == "off" or not waiting:
         return
     rank = _ranker(snapshot, [*waiting], snapshot.running)
     holders = [
