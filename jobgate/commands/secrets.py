@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from jobgate.client import segment
+from jobgate.client import Client, segment
 from jobgate.commands.common import OutputOpt, client, print_removed
 from jobgate.errors import ApiError
 from jobgate.render import Output, age, list_or_json, print_json
@@ -34,7 +34,10 @@ FromFileOpt = Annotated[
 ]
 
 
-def _value(from_file: Path | None) -> str:
+def _value(api: Client, from_file: Path | None) -> str:
+    """The value, from *from_file* or stdin; the gateway is asked first whether it is
+    there at all (nobody types a secret for a gateway that is down)."""
+    api.get("/healthz")
     if from_file is not None:
         try:
             return from_file.read_text()
@@ -64,10 +67,11 @@ def secrets_create(
     output: OutputOpt = Output.table,
 ) -> None:
     """Seal a new secret; its value is never shown again."""
-    body: dict[str, Any] = {"name": name, "value": _value(from_file)}
+    api = client()
+    body: dict[str, Any] = {"name": name, "value": _value(api, from_file)}
     if project is not None:
         body["project"] = project
-    _show(client().post("/v1/secrets", json=body), output, "created")
+    _show(api.post("/v1/secrets", json=body), output, "created")
 
 
 @app.command("ls")
@@ -90,8 +94,9 @@ def secrets_rotate(
 ) -> None:
     """A new value; sessions that start from now on receive it."""
     params = {"project": project} if project is not None else {}
-    made = client().request(
-        "PUT", f"/v1/secrets/{segment(name)}", json={"value": _value(from_file)}, params=params
+    api = client()
+    made = api.request(
+        "PUT", f"/v1/secrets/{segment(name)}", json={"value": _value(api, from_file)}, params=params
     )
     _show(made, output, "rotated")
 
