@@ -36,11 +36,20 @@ from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
 from gateway.domain.masking import MIN_MASKED, Masker
 from gateway.domain.sealing import MasterKey, Sealed, associated_data, open_value, seal
 
-__all__ = ["MAX_VALUE_BYTES", "NOT_CONFIGURED", "SecretRef", "SecretService", "SecretView"]
+__all__ = [
+    "MAX_VALUE_BYTES",
+    "MAX_VALUE_CHARS",
+    "NOT_CONFIGURED",
+    "SecretRef",
+    "SecretService",
+    "SecretView",
+]
 
 log = logging.getLogger(__name__)
 
-MAX_VALUE_BYTES = 64 * 1024
+#: a value's length in characters (the API's limit) and so at most 4x that in bytes
+MAX_VALUE_CHARS = 64 * 1024
+MAX_VALUE_BYTES = 4 * MAX_VALUE_CHARS
 NOT_CONFIGURED = "secrets are not configured: set JOBGATE_SECRETS_KEY (docs/secrets.md)"
 #: sessions whose maskers are kept (a running session's appends stay cheap)
 MASKERS_KEPT = 4096
@@ -138,11 +147,11 @@ class SecretService:
             found = await db.execute(
                 select(Project.id, Project.name).where(Project.id.in_(project_ids))
             )
-            projects = {pid: pname for pid, pname in found.tuples()}
+            projects = {pid: pname for pid, pname in found.all()}
         user_ids = {r.owner_user_id for r in rows if r.owner_user_id}
         if user_ids:
             found = await db.execute(select(User.id, User.name).where(User.id.in_(user_ids)))
-            users = {uid: uname for uid, uname in found.tuples()}
+            users = {uid: uname for uid, uname in found.all()}
         views = []
         for r in rows:
             project = projects.get(r.owner_project_id or "")

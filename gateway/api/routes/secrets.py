@@ -11,8 +11,10 @@ from pydantic import BaseModel, Field
 
 from contract.secrets import SECRET_NAME_PATTERN
 from gateway.api.deps import CurrentUser, Secrets
+from gateway.domain.errors import Invalid
+from gateway.domain.masking import MIN_MASKED
 from gateway.domain.requests import NAME_PATTERN, Input
-from gateway.services.secrets import MAX_VALUE_BYTES, SecretView
+from gateway.services.secrets import MAX_VALUE_CHARS, SecretView
 
 router = APIRouter(prefix="/v1/secrets", tags=["secrets"])
 
@@ -23,7 +25,10 @@ ProjectName = Annotated[str | None, Query(pattern=NAME_PATTERN, description="a p
 class SecretCreate(Input):
     name: str = Field(pattern=SECRET_NAME_PATTERN, description="also the default variable name")
     value: str = Field(
-        min_length=1, max_length=MAX_VALUE_BYTES, repr=False, description="never shown again"
+        min_length=MIN_MASKED,
+        max_length=MAX_VALUE_CHARS,
+        repr=False,
+        description="UTF-8 text; never shown again",
     )
     project: str | None = Field(
         default=None, pattern=NAME_PATTERN, description="owned by this project (you: a member)"
@@ -31,7 +36,14 @@ class SecretCreate(Input):
 
 
 class SecretRotate(Input):
-    value: str = Field(min_length=1, max_length=MAX_VALUE_BYTES, repr=False)
+    value: str = Field(min_length=MIN_MASKED, max_length=MAX_VALUE_CHARS, repr=False)
+
+
+def _utf8(value: str) -> bytes:
+    try:
+        return value.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800")
+        raise Invalid("a secret's value must be UTF-8 text", field="value") from None
 
 
 class SecretPublic(BaseModel):
@@ -62,7 +74,7 @@ async def create_secret(
     body: SecretCreate, principal: CurrentUser, secrets: Secrets
 ) -> SecretPublic:
     """Seal a new secret of yours (or of a project you are in); 409 if the name is taken."""
-    view = await secrets.create(principal, body.name, body.value.encode(), body.project)
+    view = await secrets.create(principal, body.name, _utf8(body.value), body.project)
     return _public(view)
 
 
@@ -81,7 +93,7 @@ async def rotate_secret(
     project: ProjectName = None,
 ) -> SecretPublic:
     """A new value (sessions that start from now on get it)."""
-    return _public(await secrets.rotate(principal, name, body.value.encode(), project))
+    return _public(await secrets.rotate(principal, name, _utf8(body.value), project))
 
 
 @router.delete("/{name}", operation_id="secrets-delete", status_code=status.HTTP_204_NO_CONTENT)
