@@ -41,7 +41,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_secrets_owner_key", "secrets", ["owner_key"])
     with op.batch_alter_table("sessions") as batch:
-        batch.add_column(sa.Column("secrets", JSON, nullable=False, server_default=sa.text("'{}'")))
+        batch.add_column(sa.Column("secrets", JSON, nullable=False, server_default="{}"))
 
 
 def downgrade() -> None:
