@@ -63,7 +63,8 @@ def test_rewrap_moves_a_value_to_a_new_key() -> None:
     old, new = MasterKey.generate(), MasterKey.generate()
     sealed = seal(old, AAD, b"hf_abcdef")
     moved = rewrap(old, new, AAD, sealed)
-    assert moved.ciphertext == sealed.ciphertext and moved.key_id == new.key_id
+    assert moved.ciphertext == sealed.ciphertext
+    assert moved.key_id == new.key_id
     assert open_value(new, AAD, moved) == b"hf_abcdef"
     with pytest.raises(SealingError):
         open_value(old, AAD, moved)
