@@ -34,7 +34,14 @@ from gateway.db.models import (
 )
 from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
 from gateway.domain.masking import MIN_MASKED, Masker
-from gateway.domain.sealing import MasterKey, Sealed, associated_data, open_value, seal
+from gateway.domain.sealing import (
+    MasterKey,
+    Sealed,
+    associated_data,
+    open_value,
+    rewrap,
+    seal,
+)
 
 __all__ = [
     "MAX_VALUE_BYTES",
@@ -43,6 +50,7 @@ __all__ = [
     "SecretRef",
     "SecretService",
     "SecretView",
+    "rekey",
 ]
 
 log = logging.getLogger(__name__)
@@ -316,6 +324,22 @@ class SecretService:
         if len(self._maskers) > MASKERS_KEPT:
             self._maskers.popitem(last=False)
         return masker
+
+
+async def rekey(db: AsyncSession, old: MasterKey, new: MasterKey) -> tuple[int, int]:
+    """Every row's data key wrapped again by *new* (values and ciphertexts untouched),
+    in the caller's transaction: (rewrapped, already under *new*). A row that *old* does
+    not open stops it all (SealingError): nothing is half done."""
+    done = kept = 0
+    rows = (await db.execute(select(Secret).order_by(Secret.id).with_for_update())).scalars()
+    for row in rows:
+        if row.key_id == new.key_id:
+            kept += 1
+            continue
+        sealed = rewrap(old, new, associated_data(row.id, row.name), _sealed(row))
+        row.wrapped_key, row.key_id = sealed.wrapped_key, sealed.key_id
+        done += 1
+    return done, kept
 
 
 def _check_value(value: bytes) -> None:

@@ -4,8 +4,10 @@ session, masked in the stored logs."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +16,8 @@ import pytest
 from harness import NODE_TOKEN, Stack, started_stack
 from pydantic import SecretStr
 from redis.asyncio import Redis
+
+from gateway.domain.sealing import MasterKey, Sealed, SealingError, associated_data, open_value
 
 VALUE = "hf_Sup3rS3cretT0ken_9f8e7d6c"
 ROTATED = "hf_R0tatedT0ken_a1b2c3d4e5"
@@ -257,3 +261,65 @@ async def test_without_a_key_secrets_are_refused_and_nothing_else_breaks(stack: 
         assert (await api.get("/v1/secrets")).json() == []
     session = await stack.submit(alice, command=["true"])
     assert session["status"] == "PENDING"
+
+
+async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path: Path) -> None:
+    stack = sstack
+    alice = await stack.create_user("alice")
+    async with stack.client(alice) as api:
+        for name in ("ONE", "TWO"):
+            r = await api.post("/v1/secrets", json={"name": name, "value": VALUE + name})
+            assert r.status_code == 201, r.text
+    new = MasterKey.generate()
+    (tmp_path / "new.key").write_text(new.to_base64() + "\n")
+    env = {
+        "JOBGATE_DATABASE_URL": stack.database_url,
+        "JOBGATE_SECRETS_KEY": KEY,
+        "JOBGATE_DATA_DIR": str(tmp_path / "cli"),
+    }
+    out = await _run_cli(
+        env, "admin", "secrets", "rekey", "--new-key-file", str(tmp_path / "new.key")
+    )
+    assert "2 secret(s) rewrapped, 0 already under the new key" in out, out
+    again = await _run_cli(
+        env, "admin", "secrets", "rekey", "--new-key-file", str(tmp_path / "new.key")
+    )
+    assert "0 secret(s) rewrapped, 2 already" in again, again
+    old = MasterKey.from_base64(KEY)
+    url = stack.settings.effective_database_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT * FROM secrets ORDER BY name")
+    finally:
+        await conn.close()
+    for row in rows:
+        sealed = Sealed(bytes(row["ciphertext"]), bytes(row["wrapped_key"]), row["key_id"])
+        aad = associated_data(row["id"], row["name"])
+        assert row["key_id"] == new.key_id
+        assert open_value(new, aad, sealed) == (VALUE + row["name"]).encode()
+        with pytest.raises(SealingError):
+            open_value(old, aad, sealed)
+    # a wrong current key changes nothing
+    wrong = env | {"JOBGATE_SECRETS_KEY": MasterKey.generate().to_base64()}
+    other = tmp_path / "other.key"
+    other.write_text(MasterKey.generate().to_base64())
+    failed = await _run_cli(
+        wrong, "admin", "secrets", "rekey", "--new-key-file", str(other), ok=False
+    )
+    assert "nothing was changed" in failed, failed
+
+
+async def _run_cli(env: dict[str, str], *args: str, ok: bool = True) -> str:
+    """``jobgate ARGS`` as an operator runs it on the gateway's host (no API key)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jobgate",
+        *args,
+        env=os.environ | env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    assert (proc.returncode == 0) == ok, out.decode()
+    return out.decode()
