@@ -42,6 +42,8 @@ __all__ = [
     "NodeInfo",
     "NodeJoin",
     "NodeJoined",
+    "SecretValue",
+    "SecretValues",
     "StartKernel",
     "StopKernel",
     "WireApp",
@@ -49,6 +51,7 @@ __all__ = [
     "WireClusterMember",
     "WireFolder",
     "WireMount",
+    "WireSecret",
 ]
 
 
@@ -60,6 +63,25 @@ class WireMount(_Message):
     source: str
     target: str
     read_only: bool = False
+
+
+class WireSecret(_Message):
+    """A secret a kernel receives (``contract.secrets``): its name and where it goes,
+    never its value (the worker fetches that with its own credential)."""
+
+    name: str
+    env: str | None = None
+    path: str | None = None
+
+
+class SecretValue(WireSecret):
+    """A secret's value, as ``GET /v1/internal/kernels/{id}/secrets`` answers a node."""
+
+    value: str = Field(repr=False)
+
+
+class SecretValues(_Message):
+    items: list[SecretValue] = Field(default_factory=list)
 
 
 class WireFolder(_Message):
@@ -142,6 +164,8 @@ class StartKernel(_Message):
     #: it in the container's environment for the apps to check (contract.apps.secret_env);
     #: it travels only here, like the ssh seed, and is never logged ("": none)
     app_secret: str = Field(default="", repr=False)
+    #: user secrets it receives (names and targets only; docs/secrets.md)
+    secrets: list[WireSecret] = Field(default_factory=list)
 
 
 class StopKernel(_Message):

@@ -42,6 +42,7 @@ from gateway.api.routes import (
     nodes,
     policies,
     projects,
+    secrets,
     sessions,
     templates,
     triggers,
@@ -52,6 +53,7 @@ from gateway.api.routes import (
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory, create_engine, create_session_factory, dispose
+from gateway.domain.sealing import MasterKey
 from gateway.loops.consumer import events_worker
 from gateway.loops.deliverer import Deliverer
 from gateway.loops.events import EventHandler
@@ -70,6 +72,7 @@ from gateway.services.folderfs import FolderFS
 from gateway.services.folders import FolderService
 from gateway.services.hooks import HookService, prune_deliveries
 from gateway.services.logs import LogService
+from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
 from gateway.services.webhooks import WebhookService
@@ -85,6 +88,8 @@ MAX_BODY = 8 * 1024 * 1024
 def create_app(settings: GatewaySettings | None = None, *, run_events: bool = True) -> FastAPI:
     settings = settings or GatewaySettings()
     blob_store = BlobStore(settings.effective_storage_root, settings.max_blob_bytes)
+    configured = settings.effective_secrets_key  # a bad key is an error at start
+    secret_key = MasterKey.from_base64(configured) if configured else None
     registry = CollectorRegistry()  # one per app: tests run several in one process
     consumer_metrics = ConsumerMetrics(registry)
     registry.register(USAGE_SECONDS)  # the event consumer closes usage records
@@ -97,7 +102,10 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         folder_service = FolderService(
             db, FolderFS(settings.effective_folders_root, settings.folders_uid)
         )
-        sessions_ = SessionService(db, pool, settings, blob_store, folder_service)
+        secret_service = SecretService(db, secret_key)
+        sessions_ = SessionService(
+            db, pool, settings, blob_store, folder_service, secrets=secret_service
+        )
         templates_ = TemplateService(db, sessions_)
         state = AppState(
             settings=settings,
@@ -106,12 +114,13 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             pool=pool,
             keys=KeyCache(settings.api_key_cache_s),
             sessions=sessions_,
-            logs=LogService(db, pool, settings.max_log_bytes),
+            logs=LogService(db, pool, settings.max_log_bytes, secret_service),
             blobs=blob_store,
             templates=templates_,
             hooks=HookService(db, templates_),
             webhooks=WebhookService(db, settings),
             folders=folder_service,
+            secrets=secret_service,
         )
         app.state.jobgate = state
         consumer = None
@@ -177,6 +186,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         triggers,
         webhooks,
         folders,
+        secrets,
         usage,
         audit,
     )

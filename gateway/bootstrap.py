@@ -9,8 +9,10 @@ from gateway.auth import KeyCache, authenticate, issue_key
 from gateway.db.engine import create_engine, create_session_factory
 from gateway.db.models import ApiKey, ResourceGroup, User
 from gateway.domain.errors import Unauthenticated
+from gateway.domain.sealing import MasterKey
+from gateway.services.secrets import rekey
 
-__all__ = ["admin_key", "ensure_admin_key", "ensure_default_group"]
+__all__ = ["admin_key", "ensure_admin_key", "ensure_default_group", "rekey_secrets"]
 
 
 async def ensure_default_group(db: AsyncSession) -> None:
@@ -61,5 +63,16 @@ async def admin_key(database_url: str, *, key_name: str, reuse: str = "") -> str
                 except Unauthenticated:
                     pass
             return await ensure_admin_key(db, key_name=key_name)
+    finally:
+        await engine.dispose()
+
+
+async def rekey_secrets(database_url: str, old: MasterKey, new: MasterKey) -> tuple[int, int]:
+    """Every user secret's data key wrapped by *new* instead of *old*, in one transaction
+    (``jobgate admin secrets rekey``): (rewrapped, already under *new*)."""
+    engine = create_engine(database_url)
+    try:
+        async with create_session_factory(engine)() as db, db.begin():
+            return await rekey(db, old, new)
     finally:
         await engine.dispose()

@@ -56,6 +56,11 @@ class GatewaySettings(BaseSettings):
     node_token: SecretStr = SecretStr("")
     #: signs app-proxy tokens and cookies
     proxy_secret: SecretStr = SecretStr("")
+    #: the master key of user secrets (base64 of 32 bytes, docs/secrets.md); else read
+    #: from secrets_key_file, else from DATA_DIR/secrets.key when that exists (`jobgate
+    #: up` writes it); none of them: creating a secret is refused, nothing else changes
+    secrets_key: SecretStr = SecretStr("")
+    secrets_key_file: Path | None = None
     proxy_public_url: str = "http://127.0.0.1:8421"
     #: serve apps that want a host of their own as {session}--{app}.{base domain}
     proxy_base_domain: str | None = None
@@ -177,6 +182,16 @@ class GatewaySettings(BaseSettings):
     def _cidrs(cls, value: list[str]) -> list[str]:
         parse_networks(value)  # a typo is an error at start, not a refusal later
         return value
+
+    @property
+    def effective_secrets_key(self) -> str:
+        """The secrets master key as configured (base64), or "" when none is."""
+        if self.secrets_key.get_secret_value():
+            return self.secrets_key.get_secret_value()
+        path = self.secrets_key_file or self.data_dir / "secrets.key"
+        if self.secrets_key_file is None and not path.exists():
+            return ""
+        return path.read_text().strip()
 
     @property
     def effective_storage_root(self) -> Path:

@@ -28,6 +28,7 @@ from gateway.services.node_credentials import NodeCredentialService
 from gateway.services.nodes import NodeService
 from gateway.services.policies import PolicyService
 from gateway.services.projects import ProjectService
+from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
 from gateway.services.usage import UsageService
@@ -51,6 +52,7 @@ class AppState:
     hooks: HookService
     webhooks: WebhookService
     folders: FolderService
+    secrets: SecretService
     health: HealthService = field(init=False)
     users: UserService = field(init=False)
     projects: ProjectService = field(init=False)

@@ -15,6 +15,7 @@
     jobgate db upgrade|backup|restore   jobgate service install   jobgate admin config
     jobgate templates|triggers|webhooks ...   (docs/pipelines.md)
     jobgate keys create|ls|revoke       your API keys: scoped, expiring
+    jobgate secrets create|ls|rm|rotate values sessions receive, never shown back
 
 :func:`main` is the one place errors reach the user: every failure is one line on
 stderr (``error: …``) and an exit code; a Python traceback never reaches a user.
@@ -97,6 +98,10 @@ COMMANDS: dict[str, Entry] = {
     ),
     "folders": Entry(
         "jobgate.commands.folders:app", "Data folders: storage that outlives sessions."
+    ),
+    "secrets": Entry(
+        "jobgate.commands.secrets:app",
+        "User secrets: tokens and passwords your sessions receive.",
     ),
     "apps": Entry(
         "jobgate.commands.apps:app",

@@ -20,6 +20,7 @@ terminates; a second Ctrl-C kills what is left at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ctypes
 import fcntl
 import hashlib
@@ -233,6 +234,7 @@ class Stack:
         self._lock()
         self._check_ports()
         secrets_ = self._secrets()
+        self._secrets_key()
         self.redis_url = self._redis()
         database_url = self._database()
         self._keep_private()
@@ -373,6 +375,17 @@ class Stack:
         path.touch(mode=0o600)
         path.write_text(json.dumps(data))
         return data
+
+    def _secrets_key(self) -> None:
+        """The master key of user secrets (docs/secrets.md): DATA_DIR/secrets.key, made
+        once (0600); the gateway reads it there unless JOBGATE_SECRETS_KEY is set."""
+        path = self.data_dir / "secrets.key"
+        if path.exists():
+            return
+        key = base64.b64encode(secrets.token_bytes(32)).decode()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(key + "\n")
 
     def _redis(self) -> str:
         if os.environ.get("JOBGATE_REDIS_URL"):

@@ -7,8 +7,10 @@ The URL comes from the Alembic config (``jobgate db upgrade`` sets it from
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from alembic import context
+from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
 from gateway.config import GatewaySettings
@@ -48,8 +50,19 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
+def _foreign_keys_off(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+
+
 async def run_migrations_online() -> None:
     engine = create_engine(_url())
+    if engine.dialect.name == "sqlite":
+        # a batch ALTER copies a table and drops the old one: with foreign keys on (the
+        # engine turns them on when it connects), that drop would cascade to the rows
+        # pointing at it (a session's kernels and logs). Off for the migration, set as
+        # each connection opens (the pragma is a no-op inside a transaction); this
+        # engine is disposed after it.
+        event.listen(engine.sync_engine, "connect", _foreign_keys_off)
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

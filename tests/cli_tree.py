@@ -27,6 +27,7 @@ COMPONENTS = frozenset(
         "db upgrade",
         "admin bootstrap",
         "admin blobs gc",
+        "admin secrets rekey",
         "db backup",
         "db restore",
         "service install",

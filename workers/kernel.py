@@ -31,6 +31,7 @@ from plugins.runtimes.base import (
     Runtime,
     RuntimeFailure,
 )
+from workers.secretfiles import remove_secret_files
 from workers.shipper import KernelLogUploader, LogClient
 from workers.state import KernelState, StateStore
 from workers.workdir import WorkdirCache
@@ -145,6 +146,7 @@ class KernelRun:
     def _release_working_dir(self) -> None:
         if self.node.workdirs is not None:
             self.node.workdirs.release_now(self.state.ref)
+            remove_secret_files(self.node.workdirs.root, self.state.ref)
 
     # -- watch ------------------------------------------------------------------------
     async def watch(self) -> None:

@@ -38,6 +38,7 @@ from contract.messages import (
     StopKernel,
     WireApp,
 )
+from contract.secrets import SECRETS_DIR_ENV
 from contract.version import VERSION
 from plugins.accelerators.base import Reservation, ReservationError
 from plugins.accelerators.node import NodeAccelerators, NodeDevices
@@ -58,6 +59,7 @@ from workers.fingerprint import machine_arch
 from workers.folders import folder_env, folder_mounts
 from workers.kernel import KernelRun, NodeServices
 from workers.reporter import EventReporter
+from workers.secretfiles import secrets_dir, write_secret_files
 from workers.state import KernelState, attempt_ref, parse_ref
 
 __all__ = ["NodeAgent"]
@@ -274,6 +276,7 @@ class NodeAgent:
     async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:
         """After the image is here: the working directory, the folders, the apps, the cluster."""
         spec = self._folders(job, await self._working_dir(job, spec))
+        spec = await self._secrets(job, spec)
         spec, apps = await self._with_apps(job, spec)
         return await self._cluster(job, spec), apps
 
@@ -323,6 +326,33 @@ class NodeAgent:
         mounted = [f for f in job.folders if any(m.target == f.target for m in mounts)]
         env = folder_env(mounted) | spec.env  # the session's own settings win
         return dataclasses.replace(spec, folders=mounts, env=env)
+
+    async def _secrets(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
+        """The user secrets it receives, fetched now with this node's credential: into
+        its environment, or as files of mode 0400 (bind-mounted read-only at their
+        paths, or, where the runtime cannot bind-mount, in the directory that
+        JOBGATE_SECRETS_DIR names, one file per secret name). Values are never logged."""
+        if not job.secrets or self.runtime.name == "sim":
+            return spec
+        values = await self.services.logs.secrets(job.kernel_id)
+        env = dict(spec.env)
+        files = [s for s in values if s.path is not None]
+        for s in values:
+            if s.env is not None:
+                env[s.env] = s.value
+        folders = list(spec.folders)
+        if files:
+            workdirs = self.services.workdirs
+            if workdirs is None:
+                raise RuntimeFailure("this node has no state directory for secret files")
+            root = secrets_dir(workdirs.root, spec.kernel_id)
+            await asyncio.to_thread(write_secret_files, root, files)
+            can_mount = self.runtime_info.bind_mounts if self.runtime_info else True
+            if can_mount:
+                folders += [Mount(str(root / s.name), s.path or "", True) for s in files]
+            else:
+                env[SECRETS_DIR_ENV] = str(root)
+        return dataclasses.replace(spec, env=env, folders=folders)
 
     async def _working_dir(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:
         """The kernel's own copy of the session's working tree (sim nodes ignore it)."""

@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import httpx
 
-from contract.messages import LogChunkWire, LogOffsets, LogUpload
-from plugins.runtimes.base import LogChunk
+from contract.messages import LogChunkWire, LogOffsets, LogUpload, SecretValue, SecretValues
+from contract.secrets import secrets_path
+from plugins.runtimes.base import LogChunk, RuntimeFailure
 
 __all__ = ["KernelLogUploader", "LogClient"]
 
@@ -65,6 +66,16 @@ class LogClient:
             raise LookupError(f"the gateway does not know kernel {kernel_id}")
         response.raise_for_status()
         return LogOffsets.model_validate_json(response.content).offsets
+
+    async def secrets(self, kernel_id: str) -> list[SecretValue]:
+        """The values of the user secrets *kernel_id* receives (docs/secrets.md); only
+        for a kernel placed on this node. Never logged."""
+        response = await self.http.get(secrets_path(kernel_id), headers=self.auth)
+        if response.status_code >= 400:
+            raise RuntimeFailure(
+                f"fetching the secrets of kernel {kernel_id}: HTTP {response.status_code}"
+            )
+        return SecretValues.model_validate_json(response.content).items
 
     async def close(self) -> None:
         await self.http.aclose()

@@ -37,6 +37,7 @@ from gateway.services.node_credentials import NodeCredentialService
 from gateway.services.nodes import NodeService
 from gateway.services.policies import PolicyService
 from gateway.services.projects import ProjectService
+from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
 from gateway.services.usage import UsageService
@@ -65,6 +66,7 @@ __all__ = [
     "Nodes",
     "Policies",
     "Projects",
+    "Secrets",
     "Sessions",
     "State",
     "Templates",
@@ -152,6 +154,10 @@ async def _usage(state: State) -> UsageService:
     return state.usage
 
 
+async def _secrets(state: State) -> SecretService:
+    return state.secrets
+
+
 async def _audit(state: State) -> AuditLog:
     return state.audit
 
@@ -169,6 +175,7 @@ Sessions = Annotated[SessionService, Depends(_sessions)]
 Logs = Annotated[LogService, Depends(_logs)]
 Blobs = Annotated[BlobStore, Depends(_blobs)]
 Folders = Annotated[FolderService, Depends(_folders)]
+Secrets = Annotated[SecretService, Depends(_secrets)]
 Templates = Annotated[TemplateService, Depends(_templates)]
 Hooks = Annotated[HookService, Depends(_hooks)]
 Webhooks = Annotated[WebhookService, Depends(_webhooks)]

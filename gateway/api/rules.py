@@ -16,6 +16,7 @@ from typing import Final
 from contract.blobs import DIGEST_PATTERN
 from contract.endpoints import ENDPOINT_NAME_PATTERN, PROBE_PATH_PATTERN
 from contract.folders import FOLDER_NAME_PATTERN
+from contract.secrets import SECRET_NAME_PATTERN
 from gateway.domain.requests import (
     CALLBACK_SECRET_PATTERN,
     FOLDER_REF_PATTERN,
@@ -73,6 +74,7 @@ RULES: Final[dict[str, str]] = {
     FOLDER_NAME_PATTERN: _FOLDER_NAME,
     FOLDER_REF_PATTERN: f"a folder id, or a folder name: {_FOLDER_NAME}",
     PARAM_NAME: "letters, digits and '_', 1-64 characters, not starting with a digit",
+    SECRET_NAME_PATTERN: "letters, digits and '_', 1-64 characters, not starting with a digit",
     NO_NUL: "text without NUL characters",
     WORKDIR_PATTERN: "an absolute path (starting with '/'), without NUL characters",
     PROBE_PATH_PATTERN: "a path starting with '/', without spaces, line breaks or NUL",

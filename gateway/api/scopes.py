@@ -45,6 +45,12 @@ ROUTE_SCOPES: Final[dict[str, str | None]] = {
     "GET /v1/blobs/{digest}": NO_KEY,  # the node's own credential
     "POST /v1/internal/kernels/{kernel_id}/logs": NO_KEY,  # the node's own credential
     "POST /v1/internal/nodes/join": NO_KEY,  # the join token
+    "GET /v1/internal/kernels/{kernel_id}/secrets": NO_KEY,  # the node's own credential
+    # user secrets (docs/secrets.md): they reach sessions
+    "POST /v1/secrets": SESSIONS,
+    "GET /v1/secrets": READ,
+    "PUT /v1/secrets/{name}": SESSIONS,
+    "DELETE /v1/secrets/{name}": SESSIONS,
     # the cluster and its configuration
     "GET /v1/nodes": READ,
     "GET /v1/usage": READ,

@@ -81,6 +81,7 @@ __all__ = [
     "ProjectMember",
     "ResourceGroup",
     "ResourcePolicy",
+    "Secret",
     "Session",
     "SessionDependency",
     "SessionFolder",
@@ -411,6 +412,9 @@ class Session(Base):
     #: where its end is announced (a signed webhook, docs/pipelines.md), and the secret
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
     callback_secret: Mapped[str | None] = mapped_column(String(128), default=None)
+    #: user secrets it receives, resolved at submit (references only, never values):
+    #: {"items": [{"id", "name", "env", "path"}]} (docs/secrets.md)
+    secrets: Mapped[dict[str, Any]] = mapped_column(default=dict)
     #: an array's sessions share its id (the first one's id); index 0..size-1
     array_id: Mapped[str | None] = mapped_column(String(36), default=None)
     array_index: Mapped[int | None] = mapped_column(Integer, default=None)
@@ -828,6 +832,34 @@ class SessionFolder(Base):
     folder_id: Mapped[str] = mapped_column(
         ForeignKey("folders.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+
+
+# ---- user secrets --------------------------------------------------------------------
+class Secret(Base):
+    """A user's or project's secret value, sealed (``gateway/domain/sealing.py``: a data
+    key per row, wrapped by the master key; the row id and name bound as associated data).
+    The value never leaves the gateway but towards a node running a session that asks for
+    it (docs/secrets.md)."""
+
+    __tablename__ = "secrets"
+    __table_args__ = (UniqueConstraint("owner_key", "name", name="uq_secrets_owner_name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64))
+    #: "user:<id>" or "project:<id>" (as folders)
+    owner_key: Mapped[str] = mapped_column(String(48), index=True)
+    owner_user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), default=None
+    )
+    owner_project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), default=None
+    )
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+    wrapped_key: Mapped[bytes] = mapped_column(LargeBinary)
+    key_id: Mapped[str] = mapped_column(String(32))
+    created_by: Mapped[str | None] = mapped_column(String(36), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 # ---- the audit log -------------------------------------------------------------------

@@ -39,6 +39,7 @@ _DEFAULTS: dict[str, Any] = dict(
     preemptible=None,
     callback_url=None,
     callback_secret=None,
+    secrets={},
     array_id=None,
     array_index=None,
     array_size=None,

@@ -25,6 +25,7 @@ from pydantic import (
 from contract.blobs import DIGEST_PATTERN
 from contract.cluster import ClusterMode, StopWhen
 from contract.folders import FOLDER_ID_PATTERN, FOLDER_NAME_PATTERN
+from contract.secrets import SECRET_NAME_PATTERN
 from gateway.domain.validation import (
     DELAY_PATTERN,
     ENV_NAME,
@@ -51,6 +52,7 @@ __all__ = [
     "Input",
     "ListedType",
     "MountSpec",
+    "SecretMount",
     "SessionCreate",
     "SessionType",
 ]
@@ -185,6 +187,43 @@ class FolderMount(Input):
         return value.rstrip("/")
 
 
+class SecretMount(Input):
+    """A user secret the session receives (docs/secrets.md): as the environment variable
+    *env* (default: its name), or as a file of mode 0400 at *path*."""
+
+    model_config = ConfigDict(json_schema_extra={"not": {"required": ["env", "path"]}})
+
+    name: str = Field(
+        pattern=SECRET_NAME_PATTERN, description="the secret's name (yours, then your projects')"
+    )
+    env: str | None = Field(
+        default=None, pattern=SECRET_NAME_PATTERN, description="environment variable; default NAME"
+    )
+    path: str | None = Field(
+        default=None,
+        max_length=1024,
+        json_schema_extra={"pattern": ABSOLUTE_PATH_PATTERN},
+        description="absolute path of a file (mode 0400) instead of a variable",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith("/") or "\x00" in value or ".." in value.split("/"):
+            raise ValueError("must be an absolute path without '..'")
+        if value.rstrip("/") == "" or value.endswith("/"):
+            raise ValueError("must name a file")
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SecretMount:
+        if self.env is not None and self.path is not None:
+            raise ValueError("give env or path, not both")
+        return self
+
+
 class SessionCreate(Input):
     """What a client asks for. Resources are per container (kernel)."""
 
@@ -244,6 +283,11 @@ class SessionCreate(Input):
     mounts: list[MountSpec] = Field(default_factory=list, max_length=64)
     folders: list[FolderMount] = Field(
         default_factory=list, max_length=64, description="data folders to mount (docs/folders.md)"
+    )
+    secrets: list[SecretMount] = Field(
+        default_factory=list,
+        max_length=32,
+        description="user secrets it receives (docs/secrets.md); values never travel here",
     )
     automount: bool = Field(
         default=True, description="also mount the owner's dot-folders (.local, .cache ...)"

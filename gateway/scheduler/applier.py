@@ -30,6 +30,7 @@ from contract.messages import (
     WireClusterMember,
     WireFolder,
     WireMount,
+    WireSecret,
 )
 from contract.tokens import app_secret
 from gateway.db.allocation import NodeLedger
@@ -146,6 +147,7 @@ async def _lock_sessions(db: AsyncSession, plan: Plan) -> dict[str, Any]:
             c.working_dir,
             c.mounts,
             c.folders,
+            c.secrets,
             c.apps,
             c.lost_node,
             c.cluster_mode,
@@ -360,6 +362,10 @@ def _job(
         attempt=attempt,
         cluster=cluster,
         app_secret=app_secret(app_key, session.id) if checks else "",
+        secrets=[
+            WireSecret(name=s["name"], env=s.get("env"), path=s.get("path"))
+            for s in (session.secrets or {}).get("items", [])
+        ],
     )
 
 

@@ -9,6 +9,11 @@ that attempt; an attempt the gateway never placed is refused. Output past
 ``max_log_bytes`` per attempt is dropped, with one note saying so.
 
 Readers see each kernel's latest attempt, or the one attempt they ask for.
+
+The values of the user secrets a session receives are replaced by ``***`` before
+anything is stored or published (``gateway/domain/masking.py``); the end of a chunk
+that may be the start of a value is held in the kernel's row (``_held:<stream>`` of
+that attempt's offsets) and stored in front of the stream's next chunk.
 """
 
 from __future__ import annotations
@@ -31,11 +36,14 @@ from gateway.db.engine import SessionFactory
 from gateway.db.models import Kernel, Session, SessionLog
 from gateway.domain.errors import NotFound
 from gateway.domain.status import TERMINAL, SessionStatus
+from gateway.services.secrets import SecretService
 from gateway.services.views import get_owned
 
 __all__ = ["LogChunkIn", "LogService"]
 
 KEEPALIVE_S = 15.0
+#: a stream's held bytes (the start of a secret's value, maybe) in the offsets
+HELD = "_held:"
 LIMIT_NOTE = b"\n[jobgate: log limit reached; further output of this session is not kept]\n"
 
 
@@ -94,10 +102,17 @@ def _sse(event: str, payload: dict[str, Any]) -> str:
 
 
 class LogService:
-    def __init__(self, db: SessionFactory, redis: Redis, max_bytes: int) -> None:
+    def __init__(
+        self,
+        db: SessionFactory,
+        redis: Redis,
+        max_bytes: int,
+        secrets: SecretService | None = None,
+    ) -> None:
         self.db = db
         self.redis = redis
         self.max_bytes = max_bytes
+        self.secrets = secrets
 
     # -- append (from workers) --------------------------------------------------------
     async def append(
@@ -122,8 +137,15 @@ class LogService:
                     f"kernel {kernel_id} has no attempt {attempt} (its latest is {kernel.attempt})"
                 )
             held = dict(kernel.log_offsets)
-            offsets = {k: int(v) for k, v in held.get(str(attempt), {}).items()}
+            stored = dict(held.get(str(attempt), {}))
+            tails = {k: stored.pop(k) for k in list(stored) if k.startswith(HELD)}
+            offsets = {k: int(v) for k, v in stored.items()}
             kept = sum(v for k, v in offsets.items() if not k.startswith("_"))
+            masker = (
+                await self.secrets.masker_for_session(db, session_id)
+                if self.secrets is not None
+                else None
+            )
             now = await db_now(db)
             rows: list[SessionLog] = []
             for chunk in chunks:
@@ -139,8 +161,16 @@ class LogService:
                         rows.append(_row(kernel, attempt, "system", 0, LIMIT_NOTE, now))
                     continue
                 kept += len(data)
+                if masker:
+                    tail = base64.b64decode(tails.pop(HELD + chunk.stream, ""))
+                    start -= len(tail)
+                    data, tail = masker.mask(tail, data)
+                    if tail:
+                        tails[HELD + chunk.stream] = base64.b64encode(tail).decode()
+                    if not data:
+                        continue
                 rows.append(_row(kernel, attempt, chunk.stream, start, data, now))
-            held[str(attempt)] = offsets
+            held[str(attempt)] = offsets | tails
             kernel.log_offsets = held
             db.add_all(rows)
             await db.flush()

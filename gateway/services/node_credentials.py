@@ -92,7 +92,13 @@ class NodeCredentialService:
                 row.revoked_at = await db_now(db)
         log.warning("credential of node %s revoked", node_id)
 
-    async def check_kernel(self, node_id: str, kernel_id: str, attempt: int | None = None) -> None:
+    async def check_kernel(
+        self,
+        node_id: str,
+        kernel_id: str,
+        attempt: int | None = None,
+        what: str = "upload logs of",
+    ) -> None:
         """403 unless *kernel_id* is placed on *node_id*, or its *attempt* is an earlier
         one that ran there (a node that comes back uploads what that attempt printed; an
         unknown kernel or attempt passes: the route answers 404 for it, as before)."""
@@ -118,7 +124,7 @@ class NodeCredentialService:
                     )
                 return
         if placed.node_id != node_id:
-            self._refuse(node_id, f"upload logs of kernel {kernel_id}, placed on another node")
+            self._refuse(node_id, f"{what} kernel {kernel_id}, placed on another node")
 
     async def check_blob(self, node_id: str, digest: str) -> None:
         """403 unless a session whose working directory is *digest* has a kernel placed

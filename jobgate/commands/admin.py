@@ -11,6 +11,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -490,6 +491,48 @@ def blobs_gc(
     for digest in deleted:
         out.print(f"deleted {digest}")
     out.print(f"{len(deleted)} blob(s) deleted, {len(store.list())} kept")
+
+
+secrets_ = typer.Typer(help="User secrets' master key (docs/secrets.md).", no_args_is_help=True)
+app.add_typer(secrets_, name="secrets")
+
+
+@secrets_.command("rekey")
+def secrets_rekey(
+    new_key_file: Annotated[
+        Path,
+        typer.Option(
+            "--new-key-file",
+            help="The new master key: a file holding base64 of 32 random bytes.",
+        ),
+    ],
+) -> None:
+    """Wrap every secret's data key with a new master key, in one transaction.
+
+    Runs with the database (JOBGATE_DATABASE_URL) and the current key as the gateway has
+    it (JOBGATE_SECRETS_KEY, JOBGATE_SECRETS_KEY_FILE or DATA_DIR/secrets.key), like
+    ``bootstrap``. Values are not decrypted to disk nor shown. Then give every gateway
+    the new key and restart them: until then they cannot open the secrets.
+    """
+    import asyncio
+
+    from gateway.bootstrap import rekey_secrets
+    from gateway.config import GatewaySettings
+    from gateway.domain.sealing import MasterKey, SealingError
+
+    settings = GatewaySettings()
+    try:
+        current = settings.effective_secrets_key
+        if not current:
+            raise ApiError(0, "Usage", "no current key: set JOBGATE_SECRETS_KEY (docs/secrets.md)")
+        old = MasterKey.from_base64(current)
+        new = MasterKey.from_base64(new_key_file.read_text())
+        done, kept = asyncio.run(rekey_secrets(settings.effective_database_url, old, new))
+    except OSError as exc:
+        raise ApiError(0, "Usage", f"cannot read {exc.filename}: {exc.strerror}") from None
+    except SealingError as exc:
+        raise ApiError(0, "Usage", f"{exc}; nothing was changed") from None
+    out.print(f"{done} secret(s) rewrapped, {kept} already under the new key ({new.key_id})")
 
 
 app.add_typer(config.app, name="config")

@@ -58,6 +58,14 @@ ResourceOpt = Annotated[
 EnvOpt = Annotated[
     list[str], typer.Option("--env", "-e", help="KEY=VALUE environment; repeatable.")
 ]
+SecretOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--secret",
+        help="A secret of yours (jobgate secrets): NAME (as $NAME), NAME:ENV_VAR or "
+        "NAME:/path (a file of mode 0400); repeatable.",
+    ),
+]
 NameOpt = Annotated[
     str | None,
     typer.Option(help="A name, unique among your live sessions (usable instead of the id)."),
@@ -98,6 +106,7 @@ def build_request(
     stop_when: str | None = None,
     folders: list[str] | None = None,
     automount: bool = True,
+    secrets: list[str] | None = None,
 ) -> dict[str, Any]:
     slots = parse_pairs(resources, "--resource")
     if cpu is not None:
@@ -128,6 +137,8 @@ def build_request(
         body["mounts"] = [_mount(m) for m in mounts]
     if folders:
         body["folders"] = [folder_mount(f) for f in folders]
+    if secrets:
+        body["secrets"] = [secret_ref(s) for s in secrets]
     if not automount:
         body["automount"] = False
     if depends_on:
@@ -158,6 +169,16 @@ def folder_mount(spec: str) -> dict[str, Any]:
     if len(parts) == 2:
         mount["target"] = parts[1]
     return mount
+
+
+def secret_ref(spec: str) -> dict[str, Any]:
+    """``NAME``, ``NAME:ENV_VAR`` or ``NAME:/path/in/container`` -> a secret reference."""
+    name, _, target = spec.partition(":")
+    if not name:
+        raise typer.BadParameter(f"--secret takes NAME[:ENV_VAR|:/PATH], got {spec!r}")
+    if not target:
+        return {"name": name}
+    return {"name": name, "path" if target.startswith("/") else "env": target}
 
 
 class _Interrupts:
@@ -377,6 +398,7 @@ def run(
         bool,
         typer.Option("--no-automount", help="Do not mount your dot-folders (.local, .cache ...)."),
     ] = False,
+    secret: SecretOpt = [],  # noqa: B006
     priority: Annotated[
         int | None, typer.Option(min=0, max=100, help="Higher runs first (default: 50).")
     ] = None,
@@ -505,6 +527,7 @@ def run(
         stop_when=stop_when.value if stop_when else None,
         folders=folder,
         automount=not no_automount,
+        secrets=secret,
     )
     if working_dir is not None:
         from jobgate.workdir import send_working_dir  # pathspec, tar: only when asked

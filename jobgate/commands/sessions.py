@@ -20,6 +20,7 @@ from jobgate.commands.run import (
     MemOpt,
     NameOpt,
     ResourceOpt,
+    SecretOpt,
     build_request,
     follow_session,
 )
@@ -272,6 +273,7 @@ def create(
     interactive: Annotated[
         bool, typer.Option(help="An interactive session (runs until stopped).")
     ] = False,
+    secret: SecretOpt = [],  # noqa: B006
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a session without following it (like `run --detach`)."""
@@ -284,6 +286,7 @@ def create(
         env=env,
         name=name,
         interactive=interactive,
+        secrets=secret,
     )
     s = client().post("/v1/sessions", json=body)
     if output == Output.json:

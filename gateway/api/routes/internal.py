@@ -9,8 +9,8 @@ import binascii
 
 from fastapi import APIRouter
 
-from contract.messages import LogOffsets, LogUpload, NodeJoin, NodeJoined
-from gateway.api.deps import CurrentNode, JoinAuth, Logs, NodeCredentials
+from contract.messages import LogOffsets, LogUpload, NodeJoin, NodeJoined, SecretValue, SecretValues
+from gateway.api.deps import CurrentNode, JoinAuth, Logs, NodeCredentials, Secrets
 from gateway.domain.errors import Invalid
 from gateway.services.logs import LogChunkIn
 
@@ -52,3 +52,23 @@ async def append_logs(
         raise Invalid("chunk data is not base64", field="chunks.data") from None
     offsets = await logs.append(kernel_id, body.session_id, chunks, body.attempt)
     return LogOffsets(offsets=offsets)
+
+
+@router.get(
+    "/kernels/{kernel_id}/secrets",
+    operation_id="internal-kernel-secrets",
+    response_model=SecretValues,
+)
+async def kernel_secrets(
+    kernel_id: str, node: CurrentNode, credentials: NodeCredentials, secrets: Secrets
+) -> SecretValues:
+    """The values of the secrets a kernel placed on the calling node receives (any other
+    node: 403); a secret deleted since the submit is left out."""
+    await credentials.check_kernel(node, kernel_id, what="fetch the secrets of")
+    items = await secrets.values_for_kernel(kernel_id)
+    return SecretValues(
+        items=[
+            SecretValue(name=i["name"], env=i["env"], path=i["path"], value=i["value"])
+            for i in items
+        ]
+    )

@@ -32,6 +32,7 @@ from gateway.domain.requests import SessionCreate
 from gateway.queue import ScheduleRequests
 from gateway.services.blobs import BlobStore
 from gateway.services.folders import FolderService
+from gateway.services.secrets import SecretService
 from gateway.services.sessions.admission import Admission
 from gateway.services.sessions.creation import Created, Creation, new_kernel
 from gateway.services.sessions.termination import terminate
@@ -48,12 +49,13 @@ class SessionService:
         settings: GatewaySettings,
         blobs: BlobStore | None = None,
         folders: FolderService | None = None,
+        secrets: SecretService | None = None,
     ) -> None:
         self.db = db
         self.pool = pool
         self.settings = settings
         self.folders = folders  # endpoint revisions resolve their folders with it
-        self.admission = Admission(db, settings, blobs, folders)
+        self.admission = Admission(db, settings, blobs, folders, secrets)
         self.creation = Creation(db, ScheduleRequests(pool), settings, self.admission)
 
     async def create(

@@ -21,6 +21,7 @@ from gateway.domain.webhooks import check_url
 from gateway.services.blobs import BlobStore
 from gateway.services.folders import FolderService
 from gateway.services.lookups import Facts
+from gateway.services.secrets import SecretRef, SecretService
 from gateway.services.sessions.limits import Limits
 from gateway.services.sessions.placement import Placement
 from gateway.services.sessions.reads import Reads
@@ -41,8 +42,10 @@ class Admission:
         settings: GatewaySettings,
         blobs: BlobStore | None,
         folders: FolderService | None,
+        secrets: SecretService | None = None,
     ) -> None:
         self.settings = settings
+        self.secret_service = secrets
         self.blobs = blobs
         self.folder_service = folders
         self.limits = Limits(db)
@@ -54,6 +57,8 @@ class Admission:
         """An endpoint replica's request, checked as a session's would be (sizes, working
         dir, resources, feasibility, group): its slots with the defaults, and its image."""
         self.check_request(body)
+        if body.secrets:
+            raise Invalid("endpoints do not take secrets yet (docs/secrets.md)", field="secrets")
         row = await db.get(ResourceGroup, body.resource_group)
         config = self.placement.config(row)
         resources = await self.placement.resources(lambda: db, body, config)
@@ -122,6 +127,18 @@ class Admission:
         return await self.folder_service.mounts_for(
             reads(), principal, body.folders, automount=facts.automount
         )
+
+    async def secrets(
+        self, reads: Reads, principal: Principal, body: SessionCreate
+    ) -> list[dict[str, Any]]:
+        """References to the secrets the session asks for (never their values); an
+        unknown one is a 422 naming it."""
+        if not body.secrets:
+            return []
+        if self.secret_service is None:
+            raise Invalid("this gateway has no secrets", field="secrets")
+        wanted = [SecretRef(s.name, s.env, s.path) for s in body.secrets]
+        return await self.secret_service.references(reads(), principal, wanted)
 
     async def check_names(
         self, db: AsyncSession, principal: Principal, names: list[str | None]

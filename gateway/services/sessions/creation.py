@@ -160,6 +160,7 @@ class Creation:
             reads, principal, project_id, body.project, len(rows), facts, limits
         )
         folders = await check.folders(reads, principal, body, facts)
+        secret_refs = await check.secrets(reads, principal, body)
         starts_at = body.starts_at
         if isinstance(starts_at, timedelta):
             starts_at = await db_now(reads()) + starts_at
@@ -194,6 +195,7 @@ class Creation:
             preemptible=body.preemptible,
             callback_url=body.callback_url,
             callback_secret=(body.callback_secret or new_secret()) if body.callback_url else None,
+            secrets={"items": secret_refs} if secret_refs else {},
         )
         first = new_id()
         params = [

@@ -107,6 +107,13 @@ MATRIX: dict[str, str] = {
     # worker nodes
     "POST /v1/internal/kernels/{kernel_id}/logs": NODE,
     "POST /v1/internal/nodes/join": JOIN,
+    "GET /v1/internal/kernels/{kernel_id}/secrets": NODE,
+    # user secrets (docs/secrets.md): each user's own and their projects' (someone
+    # else's is a 404 like a made-up name)
+    "POST /v1/secrets": USER,
+    "GET /v1/secrets": USER,
+    "PUT /v1/secrets/{name}": USER,
+    "DELETE /v1/secrets/{name}": USER,
     # inference endpoints (by name; someone else's is "no endpoint NAME")
     "POST /v1/endpoints": USER,
     "GET /v1/endpoints": USER,
