@@ -6,7 +6,7 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
 from gateway.api.deps import Admin, CurrentUser, Projects
-from gateway.api.rules import SHORT_NAME_PATTERN
+from gateway.api.rules import SHORT_NAME_PATTERN, USER_NAME_PATTERN
 from gateway.domain.requests import Input
 from gateway.services.projects import Project
 
@@ -18,7 +18,7 @@ class ProjectCreate(Input):
 
 
 class MemberAdd(Input):
-    user: str = Field(max_length=64)
+    user: str = Field(pattern=USER_NAME_PATTERN, description="a user's name")
 
 
 class ProjectPatch(Input):

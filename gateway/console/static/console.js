@@ -169,7 +169,8 @@ function sessionsPage() {
       box.checked = selected.has(s.id);
       box.disabled = ENDED.has(s.status);
       box.addEventListener("change", () => { box.checked ? selected.add(s.id) : selected.delete(s.id); sync(); });
-      const reason = s.status === "PENDING" ? s.pending_reason || s.status_reason : (ENDED.has(s.status) ? s.status_reason : "");
+      // why it waits, why it is being preempted (by whom), or why it ended
+      const reason = s.status === "PENDING" ? s.pending_reason || s.status_reason : (ENDED.has(s.status) || s.status === "PREEMPTED" ? s.status_reason : "");
       return el("tr", { "data-id": s.id, "data-key": s.id, "data-name": s.name || "", "data-status": s.status },
         el("td", {}, box),
         el("td", {}, el("a", { href: `/sessions/${s.id}` }, s.name || s.id.slice(0, 8)),

@@ -172,6 +172,14 @@ async def test_oversized_streamed_body_is_413(stack: Stack) -> None:
             id="user",
         ),
         pytest.param(
+            "POST",
+            "/v1/projects/default/members",
+            {"user": ""},
+            "user",
+            "lower-case letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter",
+            id="member",
+        ),
+        pytest.param(
             "PUT",
             "/v1/resource-groups/-gpu",
             {},
