@@ -3,13 +3,16 @@ notice, their SIGTERM and their grace period (docs/fair-share.md, Preemption).""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import asyncpg
-from harness import Stack
+import pytest
+from harness import TERMINAL, Stack
 
-#: a job that checkpoints on SIGTERM: it prints its notice file, then exits 0
+#: a job that checkpoints on SIGTERM: it prints its notice file, then exits 0 (and ends by
+#: itself after 5 minutes: a process-runtime kernel outlives its worker)
 VICTIM = """
 import os, signal, sys, time
 notice = os.path.join(os.environ["HOME"], ".jobgate", "preempted")
@@ -19,7 +22,8 @@ def term(*_):
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
 print("started", flush=True)
-while True:
+end = time.monotonic() + 300
+while time.monotonic() < end:
     time.sleep(0.05)
 """
 
@@ -36,6 +40,19 @@ async def _put_group(stack: Stack, scheduler: dict[str, Any]) -> None:
     async with stack.client() as api:
         r = await api.put("/v1/resource-groups/default", json={"scheduler": scheduler})
         assert r.status_code < 300, r.text
+
+
+@pytest.fixture(autouse=True)
+async def _end_every_session(stack: Stack) -> AsyncIterator[None]:
+    """Stop what a test left running: process-runtime kernels outlive their worker."""
+    yield
+    async with stack.client() as api:
+        listed = (await api.get("/v1/sessions", params={"all": "true", "limit": 500})).json()
+        live = [s["id"] for s in listed["items"] if s["status"] not in TERMINAL]
+        for session_id in live:
+            await api.delete(f"/v1/sessions/{session_id}", params={"force": "true"})
+    for session_id in live:
+        await stack.wait_status(session_id, TERMINAL)
 
 
 async def _usage(stack: Stack, kernel_id: str) -> list[asyncpg.Record]:
