@@ -10,9 +10,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from jobgate.localnet import free_port
+
+T = TypeVar("T")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -41,3 +45,20 @@ def jobgate_up(
             raise RuntimeError(f"jobgate up did not start:\n{log_path.read_text(errors='replace')}")
         time.sleep(0.2)
     return proc, port, (data / "admin.key").read_text().strip()
+
+
+def log(message: str) -> None:
+    """Progress, to stderr (stdout ends with the one JSON line)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float, every: float) -> T:
+    """Poll *check* every *every* seconds until it gives something, at most *timeout*."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(every)

@@ -28,11 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from common import log, wait_for
 
 from jobgate.localnet import free_port
 
@@ -50,21 +50,6 @@ mode = "fractional"
 shares_per_device = 2
 quantum = 0.1
 """
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def wait_for(check: Callable[[], T | None], what: str, timeout: float, every: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(every)
 
 
 def start_up(root: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:

@@ -51,27 +51,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from common import log, wait_for
 
 from jobgate.localnet import free_port
 
 T = TypeVar("T")
 GOAL_S = 15.0
 GROUP = "nodeloss"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def wait_for(check: Callable[[], T | None], what: str, timeout: float, every: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(every)
 
 
 class Bench:

@@ -31,16 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from common import jobgate_up, percentile
+from common import jobgate_up, log, percentile, wait_for
 
 T = TypeVar("T")
 TERMINAL = {"SUCCEEDED", "FAILED", "TERMINATED", "CANCELLED", "ERROR"}
@@ -51,7 +49,8 @@ EXITS = """
 import signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 print("started", flush=True)
-while True:
+end = time.monotonic() + 600  # bounded: it ends by itself if nobody stops it
+while time.monotonic() < end:
     time.sleep(0.05)
 """
 #: ignores SIGTERM: only the SIGKILL after the grace ends it
@@ -59,24 +58,10 @@ IGNORES = """
 import signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("started", flush=True)
-while True:
+end = time.monotonic() + 600  # bounded: it ends by itself if nobody stops it
+while time.monotonic() < end:
     time.sleep(0.05)
 """
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def wait_for(check: Callable[[], T | None], what: str, timeout: float, every: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(every)
 
 
 def get(api: httpx.Client, session_id: str) -> dict[str, Any]:
