@@ -48,7 +48,14 @@ __all__ = ["EventHandler"]
 log = logging.getLogger(__name__)
 S = SessionStatus
 K = KernelStatus
-_ENDING = frozenset({"exited", "start_failed", "not_started", "lost"})
+# the events that end a kernel, and the status each ends it with
+_KERNEL_ENDS = {
+    "exited": K.EXITED,
+    "start_failed": K.FAILED,
+    "not_started": K.CANCELLED,
+    "lost": K.FAILED,
+}
+_ENDING = frozenset(_KERNEL_ENDS)
 _ORDER = {
     "preparing": 0,
     "progress": 1,
@@ -241,7 +248,7 @@ class EventHandler:
             node = nodes.get(kernel.node_id) if kernel.node_id else None
             ctx = _Ctx(db, session, kernel, node, siblings[session.id], now, outbox)
             before = session.status
-            _HANDLERS[event.kind](ctx, event)
+            _handle(ctx, event)
             if session.status != before:
                 outbox.status(session)
                 if session.status in TERMINAL:
@@ -393,6 +400,77 @@ class _Ctx:
         return all(k.ended_at is not None for k in self.siblings)
 
 
+def _handle(ctx: _Ctx, event: KernelEvent) -> None:
+    """Apply one event of the kernel's current attempt to the kernel and its session.
+
+    An ending event (``_ENDING``) first ends the kernel (``_end``). Then one rule, whatever
+    the kind: a kernel of a preempted session that ended, however it did, is part of its
+    requeue (``_preempted_kernel_ended``). Otherwise the kind's handler decides."""
+    if event.kind in _ENDING:
+        ctx = _end(ctx, event)
+        if ctx.session.status == S.PREEMPTED:
+            _preempted_kernel_ended(ctx)
+            return
+    _HANDLERS[event.kind](ctx, event)
+
+
+def _end(ctx: _Ctx, event: KernelEvent) -> _Ctx:
+    """End the kernel with the status the event's kind means (``_KERNEL_ENDS``); the
+    context as of its end. An exit ends it when the runtime says it did, with its exit
+    code, and proves it ran."""
+    if event.kind != "exited":
+        ctx.end_kernel(_KERNEL_ENDS[event.kind])
+        return ctx
+    ctx = replace(ctx, now=_ended_at(ctx, event))
+    _ran(ctx, event)
+    ctx.end_kernel(_KERNEL_ENDS[event.kind], _exit_code(event))
+    return ctx
+
+
+def _exit_code(event: KernelEvent) -> int:
+    """An exit's code; -1 when the runtime gave none."""
+    return event.exit_code if event.exit_code is not None else -1
+
+
+def _ended_at(ctx: _Ctx, event: KernelEvent) -> datetime:
+    """When the kernel ended: the runtime's record (a kernel that ended while its worker
+    was down ends then, not at the restart), never later than now nor before its start."""
+    if event.ended_at is None:
+        return ctx.now
+    at = min(datetime.fromtimestamp(event.ended_at, UTC), ctx.now)
+    starts = [t for t in (ctx.kernel.started_at, ctx.session.started_at) if t is not None]
+    return max([at, *starts])
+
+
+def _ran(ctx: _Ctx, event: KernelEvent) -> None:
+    """An exit proves the kernel ran, even when its "running" is late (batches are
+    handled concurrently) or was lost (Redis lost it): keep the history and start time
+    whole instead of jumping from SCHEDULED to an end, or leaving no ``started_at``."""
+    ctx.kernel.started_at = ctx.kernel.started_at or ctx.now
+    if ctx.session.status == S.SCHEDULED:
+        ctx.move(S.PREPARING, f"preparing on {event.node_id}")
+    if ctx.session.status == S.PREPARING:
+        ctx.move(S.RUNNING, f"running on {event.node_id}")
+    ctx.session.started_at = ctx.session.started_at or ctx.kernel.started_at
+
+
+def _preempted_kernel_ended(ctx: _Ctx) -> None:
+    """A container of a preempted session ended, however it did (its SIGTERM handler may
+    exit 0 after a checkpoint). Once all have, the session waits again in its old place
+    in the queue (its created_at), as its next attempt (docs/fair-share.md)."""
+    if not ctx.all_ended:
+        return
+    session = ctx.session
+    session.preemptions += 1
+    session.exit_code = None
+    for kernel in ctx.siblings:
+        lifecycle.new_attempt(kernel, ctx.now)
+    why = f"queued again after preemption {session.preemptions} ({session.status_reason})"
+    ctx.move(S.PENDING, why)
+    session.pending_reason = why
+    ctx.outbox.schedule.add(session.resource_group)
+
+
 def _on_preparing(ctx: _Ctx, event: KernelEvent) -> None:
     if can_move_kernel(ctx.kernel.status, K.PREPARING):
         ctx.kernel.status = K.PREPARING
@@ -436,14 +514,12 @@ def _on_running(ctx: _Ctx, event: KernelEvent) -> None:
         ctx.move(S.RUNNING, f"running on {event.node_id}")
 
 
+# The handlers of the ending events: what a session that is not preempted becomes once
+# the kernel ended (``_handle``).
+
+
 def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx = replace(ctx, now=_ended_at(ctx, event))
-    code = event.exit_code if event.exit_code is not None else -1
-    _ran(ctx, event)
-    ctx.end_kernel(K.EXITED, code)
-    if ctx.session.status == S.PREEMPTED:
-        _preempted_kernel_ended(ctx)
-        return
+    code = _exit_code(event)
     if not ctx.all_ended:
         _cluster_member_exited(ctx, event, code)
         return
@@ -462,16 +538,6 @@ def _on_exited(ctx: _Ctx, event: KernelEvent) -> None:
         ctx.move(S.SUCCEEDED, "exited with code 0")
     else:
         ctx.move(S.FAILED, event.message or f"exited with code {failing}")
-
-
-def _ended_at(ctx: _Ctx, event: KernelEvent) -> datetime:
-    """When the kernel ended: the runtime's record (a kernel that ended while its worker
-    was down ends then, not at the restart), never later than now nor before its start."""
-    if event.ended_at is None:
-        return ctx.now
-    at = min(datetime.fromtimestamp(event.ended_at, UTC), ctx.now)
-    starts = [t for t in (ctx.kernel.started_at, ctx.session.started_at) if t is not None]
-    return max([at, *starts])
 
 
 def _cluster_member_exited(ctx: _Ctx, event: KernelEvent, code: int) -> None:
@@ -496,48 +562,11 @@ def _why(event: KernelEvent) -> str:
     return f" ({event.message})" if event.message else ""
 
 
-def _ran(ctx: _Ctx, event: KernelEvent) -> None:
-    """An exit proves the kernel ran, even when its "running" is late (batches are
-    handled concurrently) or was lost (Redis lost it): keep the history and start time
-    whole instead of jumping from SCHEDULED to an end, or leaving no ``started_at``."""
-    ctx.kernel.started_at = ctx.kernel.started_at or ctx.now
-    if ctx.session.status == S.SCHEDULED:
-        ctx.move(S.PREPARING, f"preparing on {event.node_id}")
-    if ctx.session.status == S.PREPARING:
-        ctx.move(S.RUNNING, f"running on {event.node_id}")
-    ctx.session.started_at = ctx.session.started_at or ctx.kernel.started_at
-
-
-def _preempted_kernel_ended(ctx: _Ctx) -> None:
-    """A container of a preempted session ended, however it did (its SIGTERM handler may
-    exit 0 after a checkpoint). Once all have, the session waits again in its old place
-    in the queue (its created_at), as its next attempt (docs/fair-share.md)."""
-    if not ctx.all_ended:
-        return
-    session = ctx.session
-    session.preemptions += 1
-    session.exit_code = None
-    for kernel in ctx.siblings:
-        lifecycle.new_attempt(kernel, ctx.now)
-    why = f"queued again after preemption {session.preemptions} ({session.status_reason})"
-    ctx.move(S.PENDING, why)
-    session.pending_reason = why
-    ctx.outbox.schedule.add(session.resource_group)
-
-
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx.end_kernel(K.FAILED)
-    if ctx.session.status == S.PREEMPTED:
-        _preempted_kernel_ended(ctx)
-        return
     ctx.move(S.ERROR, event.message or "the node could not start it")
 
 
 def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx.end_kernel(K.CANCELLED)
-    if ctx.session.status == S.PREEMPTED:
-        _preempted_kernel_ended(ctx)
-        return
     if not ctx.all_ended:
         return
     if ctx.session.status == S.PREPARING:
@@ -547,10 +576,6 @@ def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:
 
 
 def _on_lost(ctx: _Ctx, event: KernelEvent) -> None:
-    ctx.end_kernel(K.FAILED)
-    if ctx.session.status == S.PREEMPTED:
-        _preempted_kernel_ended(ctx)
-        return
     message = event.message or f"its container was lost on {event.node_id}"
     if ctx.session.status == S.TERMINATING:
         # it was asked to stop, and it is gone: stopped, not an error (as when its node is

@@ -556,3 +556,50 @@ async def test_a_returning_node_with_a_superseded_attempt_stops_it(
     ]
     assert (await rows.one(Session, "s1")).status == S.RUNNING
     assert (await rows.one(Kernel, "s1-k0")).status == K.RUNNING
+
+
+PREEMPTED_ENDS = [
+    pytest.param(1, [[ev("exited", 4, exit_code=0)]], id="exits-0-after-a-checkpoint"),
+    pytest.param(
+        1, [[ev("exited", 4, exit_code=143, requested_stop=True)]], id="exits-on-the-stop"
+    ),
+    pytest.param(1, [[ev("start_failed", 4, message="no such image")]], id="start-failed"),
+    pytest.param(1, [[ev("not_started", 4)]], id="not-started"),
+    pytest.param(1, [[ev("lost", 4)]], id="lost"),
+    pytest.param(
+        2,
+        [[ev("lost", 3, kernel="s1-k1")], [ev("exited", 4, exit_code=1)]],
+        id="cluster-one-lost-then-main1-fails",
+    ),
+]
+
+
+@pytest.mark.parametrize(("size", "batches"), PREEMPTED_ENDS)
+async def test_a_preempted_session_queues_again_however_its_kernels_end(
+    db: SessionFactory, rows: Rows, size: int, batches: list[list[KernelEvent]]
+) -> None:
+    """However a preempted session's kernels end (an exit with any code, a failed or
+    cancelled start, a lost container), each ends with its own status and the session
+    waits again, as its next attempt, once the last has: never ERROR, FAILED or CANCELLED.
+    A repeat of the last end changes nothing."""
+    await rows.node("n1", kernels=size)
+    ids = await rows.session(
+        S.PREEMPTED, [(K.STOPPING, "n1")] * size, status_reason="preempted by urgent"
+    )
+    handler = EventHandler(db, NO_REDIS)
+    for batch in batches[:-1]:
+        await handler.commit(EventBatch(events=batch))
+        assert (await rows.one(Session, "s1")).status == S.PREEMPTED
+        assert (await rows.one(Kernel, batch[0].kernel_id)).status == K.FAILED
+    for _ in range(2):
+        await handler.commit(EventBatch(events=batches[-1]))
+    session = await rows.one(Session, "s1")
+    why = "queued again after preemption 1 (preempted by urgent)"
+    assert (session.status, session.preemptions, session.exit_code) == (S.PENDING, 1, None)
+    assert session.pending_reason == why
+    kernels = [await rows.one(Kernel, k) for k in ids]
+    assert [(k.status, k.attempt, k.node_id, k.ended_at) for k in kernels] == [
+        (K.PENDING, 2, None, None)
+    ] * size
+    assert await rows.history() == ["PENDING"]
+    assert await rows.cpus_taken() == "0"
