@@ -49,6 +49,7 @@ __all__ = [
     "WireApp",
     "WireCluster",
     "WireClusterMember",
+    "WireEgress",
     "WireFolder",
     "WireMount",
     "WireSecret",
@@ -132,6 +133,15 @@ class WireCluster(_Message):
     master_port: int = 29500
 
 
+class WireEgress(_Message):
+    """Where a session's containers may connect: its group's ``egress`` and
+    ``egress_allow`` when it was placed (docs/security.md, Egress). An older gateway
+    sends none: ``open``, what every session had then."""
+
+    mode: Literal["open", "no-private", "none"] = "open"
+    allow: list[str] = Field(default_factory=list)  # CIDRs, for "no-private"
+
+
 class StartKernel(_Message):
     """Run one container of a session on this node (job ``start_kernel``)."""
 
@@ -155,6 +165,7 @@ class StartKernel(_Message):
     #: accelerator slot -> device id -> amount (decimal string)
     devices: dict[str, dict[str, str]] = Field(default_factory=dict)
     cpuset: list[int] | None = None
+    egress: WireEgress = Field(default_factory=WireEgress)
     #: which placement of this kernel this is (1, 2, ... after a node was lost); the
     #: worker names the container after it and echoes it in every event (fencing)
     attempt: int = 1
@@ -265,6 +276,8 @@ class NodeInfo(_Message):
     bind_mounts: bool = True  # older workers did not say: their runtimes refuse at start
     #: the runtime's use of images: "required" | "ignored" | "optional" (older workers)
     images: str = "optional"
+    #: the egress modes its runtime keeps sessions to (older workers: none but open)
+    egress: list[str] = Field(default_factory=lambda: ["open"])
     cgroup: str = "n/a"
     runtime_detail: str = ""
     version: str = ""

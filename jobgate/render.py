@@ -190,6 +190,8 @@ def value_text(value: object) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(value_text(v) for v in value) or "-"
     return str(value)
 
 

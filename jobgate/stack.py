@@ -259,6 +259,14 @@ class Stack:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)
         env.update(self._folders(socket))
+        # one user's machine: sessions may reach what the user can (a shared deployment
+        # defaults to no-private); a group's own egress setting still wins
+        egress = env.setdefault("JOBGATE_DEFAULT_EGRESS", "open")
+        self.say(
+            f"  egress     {egress}: sessions may connect to "
+            + ("anything this machine reaches" if egress == "open" else f"what {egress} allows")
+            + " (JOBGATE_DEFAULT_EGRESS; docs/security.md)"
+        )
         if os.environ.get("JOBGATE_MOCK_DEVICES"):
             env.setdefault("JOBGATE_ALLOW_UNENFORCED_FRACTIONS", "true")
             self.say(

@@ -37,6 +37,10 @@ from jobgate.localnet import start_redis
 
 T = TypeVar("T")
 
+# The suite's stacks are one user's machine, as `jobgate up` is: sessions may connect
+# anywhere unless a test gives its group an egress of its own (the egress tests do).
+os.environ.setdefault("JOBGATE_DEFAULT_EGRESS", "open")
+
 
 def run_blocking(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine to completion from sync code, even inside a running event loop

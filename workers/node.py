@@ -45,6 +45,7 @@ from plugins.accelerators.node import NodeAccelerators, NodeDevices
 from plugins.common import Mount
 from plugins.resources import ResourceSlots
 from plugins.runtimes.base import (
+    Egress,
     KernelSpec,
     NetworkRuntime,
     Runtime,
@@ -118,6 +119,7 @@ class NodeAgent:
             limits_enforced=info.limits_enforced,
             bind_mounts=info.bind_mounts,
             images=info.images,
+            egress=list(info.egress),
             cgroup=info.cgroup,
             runtime_detail=info.detail,
             version=VERSION,
@@ -271,6 +273,7 @@ class NodeAgent:
             mounts=[Mount(m.source, m.target, m.read_only) for m in job.mounts],
             reservation=self._reserve(job),
             cpuset=job.cpuset,
+            egress=Egress(job.egress.mode, tuple(job.egress.allow)),
         )
 
     async def _refine(self, job: StartKernel, spec: KernelSpec) -> tuple[KernelSpec, list[WireApp]]:

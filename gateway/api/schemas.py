@@ -136,6 +136,9 @@ class NodePublic(BaseModel):
     cgroup: str
     runtime_detail: str
     fraction_enforcement: str | None
+    egress: list[str] = Field(
+        description="the egress modes its runtime keeps sessions to (open, no-private, none)"
+    )
     devices: list[dict[str, Any]]
     #: slot -> {"quantum": "0.1", "unit": "share" | "device"}: the steps a request takes
     slot_types: dict[str, dict[str, str]] = Field(default_factory=dict)

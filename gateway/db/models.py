@@ -294,6 +294,8 @@ class Node(Base):
     bind_mounts: Mapped[bool] = mapped_column(Boolean, default=True)
     #: its runtime's use of images: required (podman) | ignored (process) | optional
     images: Mapped[str] = mapped_column(String(16), default="optional")
+    #: the egress modes it keeps sessions to, comma-separated (``open,no-private,none``)
+    egress: Mapped[str] = mapped_column(String(32), default="open", server_default="open")
     cgroup: Mapped[str] = mapped_column(String(32), default="n/a")
     runtime_detail: Mapped[str] = mapped_column(Text, default="")
     agent_version: Mapped[str] = mapped_column(String(64), default="")

@@ -38,6 +38,7 @@ class NodeShape:
     capacity: ResourceSlots
     quanta: tuple[tuple[str, Decimal], ...] = ()  # slot -> smallest unit
     images: str = "optional"  # required | ignored | optional
+    egress: frozenset[str] = frozenset({"open"})  # the egress modes it enforces
     #: how many nodes have this shape, and one of them (for messages); not compared
     count: int = field(default=1, compare=False)
     node: str = field(default="", compare=False)
@@ -160,17 +161,34 @@ def _check_cluster(
     )
 
 
+def _check_egress(group: str, shapes: list[NodeShape], egress: str) -> list[NodeShape]:
+    """The shapes whose nodes can keep a session to *egress*; none: refused, saying why."""
+    able = [s for s in shapes if egress in s.egress]
+    if not able:
+        runtimes = ", ".join(sorted({s.runtime for s in shapes}))
+        nodes = sum(s.count for s in shapes)
+        raise Invalid(
+            f"resource group {group!r} keeps sessions to egress {egress}, and none of its "
+            f"{nodes} node(s) can enforce that (runtime: {runtimes}; Podman nodes with nft "
+            "can): an admin can set the group's egress to open (docs/security.md, Egress)",
+            field="resource_group",
+        )
+    return able
+
+
 def check_feasible(
     group: str,
     shapes: list[NodeShape],
     request: ResourceSlots,
     image: str | None,
     cluster: Cluster = Cluster(),
+    egress: str = "open",
 ) -> None:
     """Raise :class:`Invalid` when no node shape of *group* could ever run the request
-    (each container of a *cluster* asks for *request*)."""
+    (each container of a *cluster* asks for *request*) under the group's *egress*."""
     if not shapes:
         return  # no node registered yet: queue it
+    shapes = _check_egress(group, shapes, egress)
     _check_image(group, shapes, image)
     _check_slots(group, shapes, request)
     if not any(request <= s.capacity for s in shapes):

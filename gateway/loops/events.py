@@ -125,6 +125,7 @@ class EventHandler:
         node.limits_enforced = info.limits_enforced
         node.bind_mounts = info.bind_mounts
         node.images = info.images
+        node.egress = ",".join(info.egress)
         node.cgroup = info.cgroup
         node.runtime_detail = info.runtime_detail
         node.agent_version = info.version

@@ -60,7 +60,7 @@ from gateway.lifecycle import (
 )
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import cluster_members, start_job
-from gateway.scheduler.snapshot import alive_nodes, kept_nodes
+from gateway.scheduler.snapshot import alive_nodes, group_config, kept_nodes, wire_egress
 from plugins.scheduling.config import SchedulerConfig
 
 __all__ = ["Activity", "Reconciler", "lost_nodes"]
@@ -215,7 +215,9 @@ class Reconciler:
             elif kernel.status == K.SCHEDULED:
                 members = await _members(db, session, nodes)
                 key = self.settings.proxy_secret.get_secret_value()
-                start = start_job(session, kernel, members, key)
+                group = await db.get(ResourceGroup, session.resource_group)
+                egress = wire_egress(group_config(group, self.settings))
+                start = start_job(session, kernel, members, key, egress)
                 outbox.restarts.append((node.queue, start))
         await _touch(db, Kernel, sorted(touched), updated_at=now)
 

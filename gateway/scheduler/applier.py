@@ -28,6 +28,7 @@ from contract.messages import (
     WireApp,
     WireCluster,
     WireClusterMember,
+    WireEgress,
     WireFolder,
     WireMount,
     WireSecret,
@@ -68,11 +69,12 @@ async def apply_plan(
     outbox: Outbox,
     app_key: str = "",
     grace: float = 30.0,
+    egress: WireEgress | None = None,
 ) -> Applied:
     """Apply *plan* inside the caller's transaction; its start jobs and live events go
     into *outbox*, to send after the commit. *app_key*: the proxy secret, from which
     interactive sessions' app secrets are derived ("": none); *grace*: the group's
-    preemption grace period."""
+    preemption grace period; *egress*: the group's, which every start job carries."""
     out = Applied()
     now = await db_now(db)
     # lock order, everywhere: sessions, then kernels, then nodes, each in id order
@@ -103,7 +105,9 @@ async def apply_plan(
             update_row = _kernel_columns(kernel_id, kp, now)
             kernel_updates.append(update_row)
             cluster = _cluster(session, index, members)
-            job = _job(session, kernel_id, kp.node_id, update_row, attempt, cluster, app_key)
+            job = _job(
+                session, kernel_id, kp.node_id, update_row, attempt, cluster, app_key, egress
+            )
             outbox.starts.append((queues[kp.node_id], job))
         where = ", ".join(sorted({kp.node_id for kp in placement.kernels}))
         out.placed[session.id] = f"placed on {where}"
@@ -341,6 +345,7 @@ def _job(
     attempt: int = 1,
     cluster: WireCluster | None = None,
     app_key: str = "",
+    egress: WireEgress | None = None,
 ) -> StartKernel:
     checks = app_key and session.type == "interactive"
     return StartKernel(
@@ -361,6 +366,7 @@ def _job(
         cpuset=placed["cpuset"].get("cpus") or None,
         attempt=attempt,
         cluster=cluster,
+        egress=egress or WireEgress(),
         app_secret=app_secret(app_key, session.id) if checks else "",
         secrets=[
             WireSecret(name=s["name"], env=s.get("env"), path=s.get("path"))
@@ -374,11 +380,12 @@ def start_job(
     kernel: Kernel,
     members: list[WireClusterMember] | None = None,
     app_key: str = "",
+    egress: WireEgress | None = None,
 ) -> StartKernel:
     """The start job for a kernel already placed (the reconciler re-enqueues with it);
-    *members*: a cluster session's containers (:func:`cluster_members`); *app_key*: as
-    :func:`apply_plan`'s."""
+    *members*: a cluster session's containers (:func:`cluster_members`); *app_key*,
+    *egress*: as :func:`apply_plan`'s."""
     placed = {"slots": kernel.slots, "devices": kernel.devices, "cpuset": kernel.cpuset}
     cluster = _cluster(session, kernel.cluster_idx, members or [])
     node = kernel.node_id or ""
-    return _job(session, kernel.id, node, placed, kernel.attempt, cluster, app_key)
+    return _job(session, kernel.id, node, placed, kernel.attempt, cluster, app_key, egress)

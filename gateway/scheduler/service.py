@@ -25,7 +25,7 @@ from gateway.metrics import SchedulerMetrics, waiting_codes
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import apply_plan
 from gateway.scheduler.fairshare import FairShareCache
-from gateway.scheduler.snapshot import build_snapshot
+from gateway.scheduler.snapshot import build_snapshot, wire_egress
 from plugins.scheduling.planner import plan
 
 __all__ = ["PassResult", "Scheduler"]
@@ -109,7 +109,8 @@ class Scheduler:
             async with self.db() as db, db.begin():
                 key = self.settings.proxy_secret.get_secret_value()
                 grace = snapshot.config.preemption_grace_s
-                applied = await apply_plan(db, decided, reasons, outbox, key, grace)
+                egress = wire_egress(snapshot.config)
+                applied = await apply_plan(db, decided, reasons, outbox, key, grace, egress)
             apply_s = time.perf_counter() - t0
         await outbox.flush(self.pool)
         return PassResult(

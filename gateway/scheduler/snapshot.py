@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import heartbeat_key, keeper_key
+from contract.messages import WireEgress
 from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
 from gateway.db.models import Node, ResourceGroup, Session, SessionDependency
@@ -23,7 +24,7 @@ from gateway.scheduler.fairshare import FairShareCache, fair_share_settings, fai
 from gateway.scheduler.policy import add_policy_view
 from gateway.scheduler.preemption import add_preemption_view
 from plugins.resources import ResourceSlots
-from plugins.scheduling.config import SchedulerConfig, effective_config
+from plugins.scheduling.config import SchedulerConfig, effective_config, egress_modes
 from plugins.scheduling.fairshare import FairShareSettings
 from plugins.scheduling.types import DeviceState, NodeState, NodeStatus, SessionRequest, Snapshot
 
@@ -34,6 +35,7 @@ __all__ = [
     "kept_nodes",
     "node_state",
     "planner_config",
+    "wire_egress",
 ]
 
 
@@ -129,7 +131,14 @@ def group_config(
         strict=strict,
         allow_unenforced_fractions=settings.allow_unenforced_fractions,
         require_limits_enforced=settings.require_limits_enforced,
+        egress=settings.default_egress,
     )
+
+
+def wire_egress(config: SchedulerConfig) -> WireEgress:
+    """The group's egress as every start job of its sessions carries it."""
+    allow = list(config.egress_allow) if config.egress == "no-private" else []
+    return WireEgress(mode=config.egress, allow=allow)
 
 
 def planner_config(config: SchedulerConfig) -> SchedulerConfig:
@@ -156,6 +165,7 @@ _NODE_COLUMNS = (
     Node.fraction_enforcement,
     Node.numa_cpus,
     Node.used_cpus,
+    Node.egress,
 )
 _PENDING_COLUMNS = (
     Session.id,
@@ -196,9 +206,14 @@ async def build_snapshot(
     group = await db.get(ResourceGroup, resource_group)
     config = group_config(group, settings)
     require_limits = config.require_limits_enforced
-    nodes = list(
-        await db.execute(select(*_NODE_COLUMNS).where(Node.resource_group == resource_group))
-    )
+    # a node that cannot keep the group's sessions to its egress takes none of them
+    nodes = [
+        n
+        for n in await db.execute(
+            select(*_NODE_COLUMNS).where(Node.resource_group == resource_group)
+        )
+        if config.egress in egress_modes(n.egress)
+    ]
     alive = await alive_nodes(redis, [n.id for n in nodes])
     is_pending = (Session.status == SessionStatus.PENDING) & (
         Session.resource_group == resource_group

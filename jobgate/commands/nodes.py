@@ -76,6 +76,7 @@ def show(
         "limits_enforced",
         "bind_mounts",
         "fraction_enforcement",
+        "egress",
         "runtime_detail",
     ):
         out.print(f"[bold]{key:<21}[/] {value_text(n.get(key))}")

@@ -34,6 +34,7 @@ from plugins.resources import ResourceSlots
 
 __all__ = [
     "CLUSTER_CONFIG_TARGET",
+    "EGRESS_ALL",
     "LABEL_INSTANCE",
     "LABEL_KERNEL",
     "LABEL_NODE",
@@ -42,6 +43,7 @@ __all__ = [
     "SERVICE_PORTS_LABEL",
     "ClusterNet",
     "CommitUnsupported",
+    "Egress",
     "ExitStatus",
     "ImageNotFound",
     "InvalidSpec",
@@ -137,6 +139,23 @@ def format_service_ports(ports: list[ServicePort]) -> str:
     return ",".join(f"{p.name}:{p.protocol}:{p.container_port}" for p in ports)
 
 
+#: every egress mode, strictest last: what a runtime that can keep to all of them reports
+EGRESS_ALL: Final = ("open", "no-private", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """Where a container may connect (its resource group's ``egress``, docs/security.md).
+
+    ``mode``: ``open``, anything its node reaches; ``no-private``, no loopback,
+    link-local, private-range or node address except the networks in ``allow``;
+    ``none``, no outbound connection (the proxy still reaches its published ports).
+    """
+
+    mode: str = "open"
+    allow: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterNet:
     """How one container of a cluster session joins the others (the worker fills it).
@@ -200,6 +219,8 @@ class KernelSpec:
     pids_limit: int | None = None
     #: a cluster session's container (docs/cluster-sessions.md); None: a lone container
     cluster: ClusterNet | None = None
+    #: where it may connect; a runtime refuses a mode it did not report in its info
+    egress: Egress = field(default_factory=Egress)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -261,6 +282,8 @@ class RuntimeInfo:
     #: "ignored" (local processes run on the host), "optional" (sim: either)
     images: str = "optional"
     detail: str = ""
+    #: the egress modes (:class:`Egress`) it keeps its containers to; ``open`` is none
+    egress: tuple[str, ...] = ("open",)
 
 
 @dataclass(frozen=True, slots=True)

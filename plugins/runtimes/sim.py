@@ -25,6 +25,7 @@ from typing import ClassVar
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from plugins.runtimes.base import (
+    EGRESS_ALL,
     CommitUnsupported,
     ExitStatus,
     KernelHandle,
@@ -74,6 +75,7 @@ class SimRuntime:
             limits_enforced=self.settings.limits_enforced,
             cgroup="sim",
             detail="simulated kernels (no processes)",
+            egress=EGRESS_ALL,  # simulated: nothing connects anyway
         )
 
     async def prepare(self, spec: KernelSpec, progress: ProgressCallback) -> None:

@@ -30,6 +30,7 @@ import json
 import re
 from collections.abc import Mapping
 from decimal import Decimal
+from ipaddress import ip_network
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -43,14 +44,30 @@ from pydantic import (
 
 __all__ = [
     "DEFAULT_FILTERS",
+    "EGRESS_MODES",
     "POSITIVE_DECIMAL",
     "REQUIRED_FILTER",
+    "Egress",
     "PluginRef",
     "SchedulerConfig",
     "ScorerRef",
     "effective_config",
+    "egress_modes",
     "integral_numbers",
 ]
+
+#: what a group's sessions may connect to (docs/security.md, Egress): ``open``, anything
+#: the node reaches; ``no-private``, no loopback, link-local, private (RFC 1918, ULA) or
+#: node address except the group's ``egress_allow``; ``none``, no outbound connection
+Egress = Literal["open", "no-private", "none"]
+EGRESS_MODES: tuple[Egress, ...] = ("open", "no-private", "none")
+
+
+def egress_modes(stored: str | None) -> frozenset[str]:
+    """The egress modes a node keeps its sessions to, from its row (``"open,none"``);
+    a node that never said (an older worker) enforces nothing: ``open`` only."""
+    return frozenset(m for m in (stored or "open").split(",") if m) | {"open"}
+
 
 #: the filters of the default pipeline, cheapest first; ``fits`` is always required
 DEFAULT_FILTERS = (
@@ -101,6 +118,12 @@ MinCpu = Annotated[
         mode="validation",
     ),
 ]
+
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#: ``egress_allow``: an IPv4 address or CIDR (host bits may be set: 10.0.5.7/24 is 10.0.5.0/24)
+IPV4_NETWORK = rf"^{_OCTET}(?:\.{_OCTET}){{3}}(?:/(?:3[0-2]|[12]?[0-9]))?$"
+Ipv4Network = Annotated[str, Field(pattern=IPV4_NETWORK)]
 
 
 def _name_only(value: object) -> object:
@@ -182,6 +205,12 @@ class SchedulerConfig(BaseModel):
     max_preemptors_per_pass: int = Field(default=4, ge=1, le=100)
     #: containers one cluster session may ask for (docs/cluster-sessions.md)
     max_cluster_size: int = Field(default=16, ge=1, le=64)
+    #: where the group's sessions may connect (see :data:`Egress`); a group that leaves it
+    #: unsaid gets the gateway's ``default_egress`` (``no-private``; ``jobgate up``: open)
+    egress: Egress = "no-private"
+    #: networks (CIDRs) ``no-private`` still lets sessions reach: a storage server, a
+    #: package mirror; ignored by ``open`` and ``none``
+    egress_allow: tuple[Ipv4Network, ...] = ()
     #: the cluster modes this group allows
     cluster_modes: tuple[Literal["single-node", "multi-node"], ...] = (
         "single-node",
@@ -194,6 +223,14 @@ class SchedulerConfig(BaseModel):
         if isinstance(value, list | tuple):
             return tuple(_name_only(v) for v in value)
         return value
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        out = []
+        for text in value:
+            out.append(str(ip_network(text, strict=False)))  # the pattern took it: IPv4
+        return tuple(dict.fromkeys(out))
 
     @field_validator("sequencer", "gang", mode="before")
     @classmethod
@@ -235,11 +272,12 @@ def effective_config(
     strict: bool = False,
     allow_unenforced_fractions: bool = False,
     require_limits_enforced: bool = False,
+    egress: Egress = "no-private",
 ) -> SchedulerConfig:
     """The configuration in effect for a group that stores *stored*.
 
     The keyword arguments are the gateway-wide defaults (``JOBGATE_*`` settings) for the
-    two policies a group may leave to the gateway. Raises ``ValueError`` (pydantic's
+    three policies a group may leave to the gateway. Raises ``ValueError`` (pydantic's
     ValidationError) naming the field when *stored* is not a valid configuration.
     *strict*: JSON types as the schema says them (no ``"8"`` for ``8``, no ``1`` for
     ``true``), what the API checks a new configuration with; reading a stored one is lax.
@@ -247,6 +285,7 @@ def effective_config(
     raw = {key: value for key, value in (stored or {}).items() if value is not None}
     raw.setdefault("allow_unenforced_fractions", allow_unenforced_fractions)
     raw.setdefault("require_limits_enforced", require_limits_enforced)
+    raw.setdefault("egress", egress)
     if strict:
         return SchedulerConfig.model_validate_json(json.dumps(integral_numbers(raw)), strict=True)
     return SchedulerConfig.model_validate(raw)

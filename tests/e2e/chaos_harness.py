@@ -194,6 +194,7 @@ class ChaosStack:
                 "JOBGATE_PROXY_SECRET": "chaos-proxy-secret",
                 "JOBGATE_GATEWAY_URL": self.url,
                 "JOBGATE_API_KEY_CACHE_S": "0",
+                "JOBGATE_DEFAULT_EGRESS": "open",  # process-runtime workers enforce no egress
                 "PYTHONUNBUFFERED": "1",
             }
             | self.settings

@@ -360,3 +360,100 @@ def test_multi_node_cluster_runs_mpi_across_two_network_namespaces(
         shown = api.get(f"/v1/sessions/{session}").json()
     assert [k["node"] for k in shown["kernels"]] == netns_nodes
     assert f"multi-node {TIMES}2" in stack.cli("sessions", "show", session, check=True).stdout
+
+
+#: a session's probe: every address on the argument line, answered or why not
+PROBE = """
+import json, socket, sys
+out = {}
+for a in sys.argv[1:]:
+    try:
+        with socket.create_connection((a, 18081), timeout=3) as c:
+            out[a] = c.recv(64).decode()
+    except OSError as e:
+        out[a] = e.strerror or type(e).__name__
+print("probe", json.dumps(out, sort_keys=True))
+"""
+SERVE = """
+import socket, sys, threading
+def serve(addr):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 18081)); s.listen(16)
+    while True:
+        c, _ = s.accept(); c.sendall(addr.encode()); c.close()
+for a in sys.argv[1:]:
+    threading.Thread(target=serve, args=(a,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait(600)  # ends by itself
+"""
+ELSEWHERE = "198.51.100.9"  # stands for the internet: not a private range
+
+
+def test_each_group_egress_holds_on_podman_nodes(stack: UpStack, netns_nodes: list[str]) -> None:
+    """A session on a node of the pair probes the other node's private address and an
+    address outside every private range, under each egress of its group."""
+    prefix = netns_nodes[0].split("-")[0]
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    ip = ["ip", "-n"]
+    subprocess.run([*ip, b, "addr", "add", f"{ELSEWHERE}/32", "dev", f"{prefix}b"], check=True)
+    subprocess.run([*ip, a, "route", "replace", f"{ELSEWHERE}/32", "dev", f"{prefix}a"], check=True)
+    private = "10.231.0.2"  # node b's address: the cluster's LAN
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", b, sys.executable, "-c", SERVE, private, ELSEWHERE],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def probe() -> dict[str, str]:
+        run = stack.cli(
+            *("run", "--group", "pair", "--image", MPI, "--cpu", "0.5", "--mem", "128m"),
+            *("--", "python3", "-c", PROBE, private, ELSEWHERE),
+        )
+        assert run.returncode == 0, run.stderr + run.stdout
+        line = next(x for x in run.stdout.splitlines() if x.startswith("probe "))
+        result: dict[str, str] = json.loads(line.removeprefix("probe "))
+        return result
+
+    def egress(api: httpx.Client, **config: object) -> None:
+        api.patch("/v1/resource-groups/pair", json={"scheduler": config}).raise_for_status()
+
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "ready"
+        with _api(stack) as api:
+            # open (jobgate up's): both answer, so what is refused below is the rules' doing
+            assert probe() == {private: private, ELSEWHERE: ELSEWHERE}
+            egress(api, egress="no-private", cluster_modes=["single-node", "multi-node"])
+            nodes = api.get("/v1/nodes").json()["items"]
+            assert all(
+                n["egress"] == ["open", "no-private", "none"]
+                for n in nodes
+                if n["id"] in netns_nodes
+            ), nodes
+            assert probe() == {private: "No route to host", ELSEWHERE: ELSEWHERE}
+            # a multi-node cluster would share the node's network: refused at submit
+            refused = api.post(
+                "/v1/sessions",
+                json={
+                    "command": ["true"],
+                    "resource_group": "pair",
+                    "cluster_size": 2,
+                    "cluster_mode": "multi-node",
+                },
+            )
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["field"] == "cluster_mode"
+            assert "egress no-private" in refused.json()["detail"]
+            egress(api, egress="no-private", egress_allow=[f"{private}/32"])
+            assert probe() == {private: private, ELSEWHERE: ELSEWHERE}
+            # none: a batch session with nothing to publish gets no network at all
+            egress(api, egress="none", egress_allow=[f"{private}/32"])
+            gone = "Network is unreachable"
+            assert probe() == {private: gone, ELSEWHERE: gone}
+    finally:
+        with _api(stack) as api:
+            egress(api, egress="open", cluster_modes=["multi-node"])
+        server.kill()
+        server.wait(10)
+        if server.stdout is not None:
+            server.stdout.close()

@@ -8,6 +8,7 @@ from gateway.api.deps import Admin, CurrentUser, NodeCredentials, Nodes
 from gateway.api.schemas import NodeList, NodePublic
 from gateway.services.nodes import NodeView
 from plugins.resources import ResourceSlots
+from plugins.scheduling.config import EGRESS_MODES, egress_modes
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -35,6 +36,7 @@ def _public(view: NodeView) -> NodePublic:
         cgroup=node.cgroup,
         runtime_detail=node.runtime_detail,
         fraction_enforcement=node.fraction_enforcement,
+        egress=sorted(egress_modes(node.egress), key=EGRESS_MODES.index),
         devices=list(node.devices.get("items", [])),
         slot_types={k: {a: str(b) for a, b in v.items()} for k, v in node.slot_types.items()},
         device_used={k: str(v) for k, v in node.device_used.items()},

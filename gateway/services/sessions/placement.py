@@ -23,7 +23,7 @@ from plugins.accelerators.rocm import ROCM_SLOT
 from plugins.accelerators.sharing import DEVICE_SLOT, SHARES_SLOT
 from plugins.accelerators.tpu import TPU_SLOT
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots, format_size
-from plugins.scheduling.config import SchedulerConfig
+from plugins.scheduling.config import SchedulerConfig, egress_modes
 
 __all__ = ["BUILTIN_SLOTS", "Placement"]
 
@@ -45,7 +45,7 @@ class Placement:
         self._slots: Timed[frozenset[str]] = Timed(SLOTS_CACHE_S, BUILTIN_SLOTS)
         self._shape_cache: Timed[dict[str, list[NodeShape]]] = Timed(SHAPES_CACHE_S, {})
         #: (group, image, resources, cluster) that passed on the cached shapes -> the image
-        self._passed: dict[tuple[str, str | None, frozenset[Any], Cluster], str | None] = {}
+        self._passed: dict[tuple[str, str | None, frozenset[Any], Cluster, str], str | None] = {}
         #: a group's stored scheduler config (as JSON) -> the config in effect
         self._configs: dict[str, SchedulerConfig] = {}
 
@@ -93,7 +93,7 @@ class Placement:
         """
         group = body.resource_group
         cluster = Cluster(body.cluster_size, body.cluster_mode, _distinct_nodes(config))
-        passed = (group, body.image, frozenset(resources.items()), cluster)
+        passed = (group, body.image, frozenset(resources.items()), cluster, config.egress)
         if passed in self._passed and self._shape_cache.current():
             return self._passed[passed]
         for fresh in (False, True):
@@ -103,7 +103,7 @@ class Placement:
             if image is None and not processes_only:  # a default image means nothing there
                 image = self.settings.default_image or None
             try:
-                check_feasible(group, shapes, resources, image, cluster)
+                check_feasible(group, shapes, resources, image, cluster, config.egress)
             except Invalid:
                 if fresh:
                     raise
@@ -129,10 +129,11 @@ class Placement:
                 Node.capacity,
                 Node.slot_types,
                 Node.images,
+                Node.egress,
             ).order_by(Node.id)
         )
         groups: dict[str, dict[NodeShape, NodeShape]] = {}
-        for node, group, runtime, capacity, slot_types, images in rows:
+        for node, group, runtime, capacity, slot_types, images, egress in rows:
             quanta = tuple(
                 sorted(
                     (slot, Decimal(str(kind["quantum"])))
@@ -140,7 +141,9 @@ class Placement:
                     if isinstance(kind, dict) and kind.get("quantum")
                 )
             )
-            shape = NodeShape(runtime, ResourceSlots.from_json(capacity), quanta, images)
+            shape = NodeShape(
+                runtime, ResourceSlots.from_json(capacity), quanta, images, egress_modes(egress)
+            )
             shapes = groups.setdefault(group, {})
             seen = shapes.get(shape)  # equal shapes: one entry, counted, named by its first
             shapes[shape] = (
@@ -180,6 +183,14 @@ class Placement:
             raise Conflict(
                 f"resource group {group} does not allow {body.cluster_mode} clusters "
                 f"(allowed: {allowed})",
+                field="cluster_mode",
+            )
+        if body.cluster_mode == "multi-node" and config.egress != "open":
+            raise Conflict(
+                f"resource group {group} keeps sessions to egress {config.egress}, and "
+                "multi-node clusters share their nodes' network, where it cannot be "
+                "enforced: use --cluster-mode single-node, or a group whose egress is open "
+                "(docs/cluster-sessions.md)",
                 field="cluster_mode",
             )
 

@@ -26,6 +26,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel
 
 from plugins.runtimes.base import (
+    EGRESS_ALL,
     LABEL_INSTANCE,
     LABEL_KERNEL,
     LABEL_NODE,
@@ -41,6 +42,7 @@ from plugins.runtimes.base import (
     RuntimeInfo,
 )
 
+from . import egress
 from .api import NameTaken, PodmanAPI, open_pidfd, peer_pid
 from .cgroups import (
     CgroupSupport,
@@ -117,6 +119,7 @@ class PodmanRuntime:
         #: (v1: noted at start, when the worker writes the limits)
         self._oom_counters: dict[str, tuple[Path, int | None]] = {}
         self._closed = False
+        self._own: tuple[str, ...] | None = None  # this node's addresses (egress rules)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking podman-py call in the pool, so the worker's event loop never waits."""
@@ -170,7 +173,13 @@ class PodmanRuntime:
             cgroup=support.mode,
             images="required",
             detail=detail,
+            egress=EGRESS_ALL if self._can_filter() else ("open",),
         )
+
+    def _can_filter(self) -> bool:
+        """Every container without a network is kept to any egress; with slirp4netns,
+        rules need nft here."""
+        return self.settings.network == "none" or egress.available()
 
     # -- prepare ----------------------------------------------------------------------
     async def prepare(self, spec: KernelSpec, progress: ProgressCallback) -> None:
@@ -242,10 +251,10 @@ class PodmanRuntime:
         ref, adopted = await self._create(spec, body)
         if adopted is not None:
             return adopted
+        rules = spec.egress.mode != "open" and body["netns"]["nsmode"] != "none"
         try:
-            if delegated is not None and not delegated.empty:
-                await self._run(self._api.init, ref)
-                await self._apply_delegated(ref, delegated)
+            if rules or (delegated is not None and not delegated.empty):
+                await self._before_start(ref, spec, delegated, rules)
             await self._run(self._api.start, ref)
             data = await self._run(self._api.inspect, ref) if spec.ports else None
         except BaseException:
@@ -282,11 +291,23 @@ class PodmanRuntime:
         await self._discard(str(data["Id"]))  # half-made by a worker that died: start over
         return await self._run(self._api.create, body), None
 
-    async def _apply_delegated(self, ref: str, limits: Limits) -> None:
-        """cgroup v1: write limits into the initialised (not yet running) container's cgroups."""
-        pid = int(((await self._run(self._api.inspect, ref)).get("State") or {}).get("Pid") or 0)
+    async def _before_start(
+        self, ref: str, spec: KernelSpec, delegated: Limits | None, rules: bool
+    ) -> None:
+        """Initialise the container (its namespaces and cgroups; nothing runs yet), then
+        write what Podman cannot: v1 limits, egress rules."""
+        await self._run(self._api.init, ref)
+        made = await self._run(self._api.inspect, ref)
+        pid = int((made.get("State") or {}).get("Pid") or 0)
         if pid <= 0:
-            raise RuntimeFailure("cannot enforce limits: the initialised container has no pid")
+            raise RuntimeFailure("the initialised container has no pid")
+        if delegated is not None and not delegated.empty:
+            await self._apply_delegated(ref, pid, delegated)
+        if rules:
+            await self._apply_egress(spec, pid, made)
+
+    async def _apply_delegated(self, ref: str, pid: int, limits: Limits) -> None:
+        """cgroup v1: write limits into the initialised (not yet running) container's cgroups."""
 
         def write() -> None:
             text = Path(f"/proc/{pid}/cgroup").read_text()
@@ -300,6 +321,24 @@ class PodmanRuntime:
         except OSError as exc:
             self._support = None  # detect again: the service may have moved
             raise RuntimeFailure(f"cannot enforce limits: {exc}") from exc
+
+    async def _apply_egress(self, spec: KernelSpec, pid: int, made: dict[str, Any]) -> None:
+        """The group's egress rules into the initialised container's network namespace."""
+        if self._own is None:
+            self._own = await asyncio.to_thread(egress.node_addresses)
+        peers, dns = [], [egress.SLIRP_DNS]
+        for net in ((made.get("NetworkSettings") or {}).get("Networks") or {}).values():
+            if net.get("IPAddress") and net.get("IPPrefixLen"):  # a cluster's own network
+                peers.append(f"{net['IPAddress']}/{net['IPPrefixLen']}")
+            if net.get("Gateway"):
+                dns.append(str(net["Gateway"]))  # aardvark-dns answers there
+        script = egress.ruleset(
+            spec.egress.mode, spec.egress.allow, self._own, peers=peers, dns=dns
+        )
+        try:
+            await egress.apply(pid, script)
+        except egress.EgressUnavailable as exc:
+            raise RuntimeFailure(f"cannot enforce egress {spec.egress.mode}: {exc}") from None
 
     async def _discard(self, ref: str) -> None:
         with contextlib.suppress(RuntimeFailure):

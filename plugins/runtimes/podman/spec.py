@@ -152,10 +152,13 @@ def _mounts(
     return mounts, workdir
 
 
-def _network(settings: PodmanSettings) -> dict[str, Any]:
-    """The network namespace; with ``host_loopback``, 10.0.2.2 is the host's 127.0.0.1."""
-    network: dict[str, Any] = {"netns": {"nsmode": settings.network}}
-    if settings.host_loopback and settings.network == "slirp4netns":
+def _network(settings: PodmanSettings, spec: KernelSpec) -> dict[str, Any]:
+    """The network namespace; with ``host_loopback``, 10.0.2.2 is the host's 127.0.0.1.
+    Egress ``none`` with nothing to publish and no peers: no network at all."""
+    lone = not spec.ports and spec.cluster is None
+    mode = "none" if spec.egress.mode == "none" and lone else settings.network
+    network: dict[str, Any] = {"netns": {"nsmode": mode}}
+    if settings.host_loopback and mode == "slirp4netns":
         network["network_options"] = {"slirp4netns": ["allow_host_loopback=true"]}
     return network
 
@@ -201,7 +204,7 @@ def create_body(
         "no_new_privileges": True,
         "cap_drop": list(settings.cap_drop),
         "cap_add": list(settings.cap_add),
-        **_network(settings),
+        **_network(settings, spec),
         "stop_timeout": int(settings.stop_grace),
         # folders after the working directory: /home/work/NAME lands inside /home/work;
         # default user namespace (container root = the Podman user), see docs/folders.md
@@ -253,6 +256,11 @@ def _cluster_body(body: dict[str, Any], spec: KernelSpec) -> dict[str, Any]:
         body["netns"] = {"nsmode": "bridge"}
         body["networks"] = {cluster.network: {"aliases": [cluster.hostname]}}
     else:  # multi-node: the node's network, peers by /etc/hosts (their nodes' addresses)
+        if spec.egress.mode != "open":  # the gateway refuses these at submit; a late change
+            raise InvalidSpec(
+                f"a multi-node cluster shares the node's network, where egress "
+                f"{spec.egress.mode} cannot be enforced"
+            )
         body["netns"] = {"nsmode": "host"}
         body["hostadd"] = [f"{name}:{address}" for name, address in sorted(cluster.hosts.items())]
         body.pop("portmappings", None)  # on the host network the ports are the host's
