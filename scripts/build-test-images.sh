@@ -17,7 +17,9 @@
 #                                     label jobgate.service-ports=code-server:http:8080
 #   localhost/jobgate-terminal:latest  a web terminal: terminado + tornado (wheels) behind a
 #                                     one-page xterm.js client (npm tarballs), `podman build
-#                                     --network none`; label jobgate.service-ports=terminal:http:7681
+#                                     --network none`; label jobgate.service-ports=terminal:http:7681;
+#                                     checks Basic jobgate:$JOBGATE_APP_SECRET as `ttyd -c` does
+#                                     (Debian 12 has no ttyd); rebuilt when its recipe changes
 #   localhost/jobgate-httpbench:latest  a tiny model-server stand-in for load tests: the Python
 #                                     image + scripts/httpbench.py (stdlib only; /ping,
 #                                     /invocations echo, /stream SSE, ?delay_ms=N, the replica's
@@ -94,12 +96,24 @@ upodman() {  # podman as the Podman user, in its own store (root podman cannot r
 }
 
 REPLACED=""
-wanted() {  # image exists -> 1 (skip), unless a rebuild was asked for; REPLACED: its old id
+wanted() {  # image [recipe]: image exists -> 1 (skip), unless a rebuild was asked for or,
+    # given a recipe (a hash of how it is built), the image's jobgate.test-image.recipe label
+    # differs (built by an older script: rebuilt); REPLACED: its old id
     if [[ $REBUILD != 1 ]] && upodman image exists "$1"; then
-        say "$1 exists"
-        return 1
+        local had label='{{index .Labels "jobgate.test-image.recipe"}}'
+        had=$(upodman image inspect --format "$label" "$1" || true)
+        if [[ -z ${2:-} || $had == "$2" ]]; then
+            say "$1 exists"
+            return 1
+        fi
+        say "$1 was built by another version of this script: rebuilding it"
     fi
     REPLACED=$(upodman image inspect --format '{{.Id}}' "$1" 2>/dev/null || true)
+}
+
+recipe() {  # function... -> a hash of those functions' text and the versions they use
+    { declare -f "$@"; echo "$DEVBASE $TERMINAL_PACKAGES $XTERM_VERSION $XTERM_FIT_VERSION"; } |
+        sha256sum | cut -c1-16
 }
 
 built() {  # image old-id: say so, and drop the image it replaced (left untagged by a rebuild)
@@ -377,11 +391,19 @@ One page (xterm.js) and one WebSocket (terminado's protocol: ["stdin", text],
 ["set_size", rows, cols] in; ["setup", {}], ["stdout", text], ["disconnect", 1] out).
 Every connection gets a shell of its own, started in the session's working directory;
 closing the tab hangs it up. URLs are relative and matched by their last part, so the
-app works with or without the proxy's /s/<session>/terminal prefix. Authentication is
-the proxy's; a WebSocket is refused unless its Origin is the public host.
+app works with or without the proxy's /s/<session>/terminal prefix.
+
+It checks the session's app secret as `ttyd -c "jobgate:$JOBGATE_APP_SECRET"` would:
+every request, the WebSocket upgrade included, needs `Authorization: Basic` with
+jobgate:<secret> (the app proxy adds it), else 401 with a Basic challenge. Without the
+variable nothing opens it (every request gets the 401). A WebSocket is also refused (403)
+unless its Origin is the public host.
 """
 
 import argparse
+import base64
+import binascii
+import hmac
 import os
 import shutil
 from pathlib import Path
@@ -392,9 +414,35 @@ import tornado.web
 from terminado import TermSocket, UniqueTermManager
 
 HERE = Path(__file__).resolve().parent
+USER = "jobgate"  # the user name of ttyd's -c user:password, as jobgate's proxy sends it
+REALM = "jobgate-terminal"
 
 
-class Page(tornado.web.RequestHandler):
+def credential(header: str | None, secret: str) -> bool:
+    """Whether an Authorization header is Basic jobgate:<secret> (no secret: never)."""
+    scheme, _, token = (header or "").strip().partition(" ")
+    if not secret or scheme.lower() != "basic":
+        return False
+    try:
+        given = base64.b64decode(token.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return hmac.compare_digest(given, f"{USER}:{secret}".encode())
+
+
+class Checked(tornado.web.RequestHandler):
+    """Every request and WebSocket upgrade shows the credential, or gets a 401 (as ttyd's)."""
+
+    def prepare(self) -> None:
+        if credential(self.request.headers.get("Authorization"), self.settings["secret"]):
+            return
+        self.set_status(401)
+        self.set_header("WWW-Authenticate", f'Basic realm="{REALM}"')
+        self.set_header("Cache-Control", "no-store")
+        self.finish()
+
+
+class Page(Checked):
     def initialize(self, page: bytes) -> None:
         self.page = page
 
@@ -404,7 +452,7 @@ class Page(tornado.web.RequestHandler):
         self.write(self.page)
 
 
-class Socket(TermSocket):
+class Socket(Checked, TermSocket):
     def check_origin(self, origin: str) -> bool:
         public = self.request.headers.get("X-Forwarded-Host") or self.request.host
         return urlsplit(origin).netloc.lower() == public.lower()
@@ -423,6 +471,9 @@ def main() -> None:
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=7681)
     args = parser.parse_args()
+    secret = os.environ.get("JOBGATE_APP_SECRET", "")  # from the environment, never argv
+    if not secret:
+        print("jobgate-terminal: no JOBGATE_APP_SECRET: every request is refused", flush=True)
     shell = os.environ.get("SHELL") or shutil.which("bash") or "/bin/sh"
     env = {"TERM": "xterm-256color"}
     terms = UniqueTermManager(
@@ -435,7 +486,8 @@ def main() -> None:
         [
             (r"(?:.*/)?websocket", Socket, {"term_manager": terms}),
             (r"(.*)", Page, {"page": page()}),
-        ]
+        ],
+        secret=secret,
     )
     app.listen(args.port, args.host, xheaders=True)
     print(f"jobgate-terminal on {args.host}:{args.port}, shell {shell}", flush=True)
@@ -480,7 +532,9 @@ EOF
 }
 
 build_terminal() {
-    wanted "$TERMINAL" || return 0
+    local hash
+    hash=$(recipe terminal_server build_terminal)  # a changed server rebuilds the image
+    wanted "$TERMINAL" "$hash" || return 0
     local old=$REPLACED
     need_devbase
     local root=$CACHE/terminal ctx=$CACHE/terminal/context
@@ -500,7 +554,7 @@ RUN --mount=type=bind,source=wheels,target=/wheels \\
  && rm -rf /root/.cache
 COPY server.py index.html /opt/jobgate-terminal/
 COPY static /opt/jobgate-terminal/static
-LABEL jobgate.service-ports=terminal:http:7681
+LABEL jobgate.service-ports=terminal:http:7681 jobgate.test-image.recipe=$hash
 EXPOSE 7681
 WORKDIR /root
 CMD ["/opt/jobgate-terminal/bin/python", "/opt/jobgate-terminal/server.py", "--port", "7681"]

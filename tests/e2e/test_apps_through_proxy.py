@@ -2,13 +2,14 @@
 
 One stack for the module (starting it takes a while): a user opens JupyterLab with the
 one-time link, runs code in a kernel over the kernel WebSocket, uses a web terminal; a
-stranger cannot get in, nor can a process on the node that goes to Jupyter's published
-port without the session's app secret (which no output shows); an ended session's link
-says so; an idle session is ended.
+stranger cannot get in, nor can a process on the node that goes to Jupyter's or the
+terminal's published port without the session's app secret (which no output shows); an
+ended session's link says so; an idle session is ended.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import select
 import signal
@@ -25,6 +26,7 @@ from up_harness import UpStack
 from waiting import until_sync
 from websockets.typing import Origin
 
+from contract.apps import BASIC_USER
 from contract.tokens import app_secret
 
 pytestmark = pytest.mark.podman
@@ -209,7 +211,48 @@ async def test_terminal_websocket_echoes_through_the_proxy(up: UpStack) -> None:
             kind, *rest = json.loads(await ws.recv())
             if kind == "stdout":
                 seen += rest[0]
+    await direct_terminal_connections_are_refused(up, session_id)
     up.cli("sessions", "rm", session_id, check=True)
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+async def direct_terminal_connections_are_refused(up: UpStack, session_id: str) -> None:
+    """The terminal checks the Basic credential the proxy presents (as ``ttyd -c
+    jobgate:$JOBGATE_APP_SECRET``): a process on the node that goes to its published port
+    without it, or with a wrong one, gets a 401 for the page and for the WebSocket."""
+    shown = up.cli_json("sessions", "show", session_id)
+    (port,) = [k["ports"]["terminal"] for k in shown["kernels"]]
+    direct = f"127.0.0.1:{port}"
+    key = json.loads((up.data_dir / "secrets.json").read_text())["proxy_secret"]
+    secret = app_secret(key, session_id)
+    wrong = [
+        {},
+        basic(BASIC_USER, app_secret(key, "another-session")),
+        basic(BASIC_USER, ""),
+        basic("root", secret),
+        {"X-Jobgate-App-Secret": secret, "X-Forwarded-For": "127.0.0.1"},
+    ]
+    async with httpx.AsyncClient(timeout=30) as node_process:
+        for headers in wrong:
+            answer = await node_process.get(f"http://{direct}/", headers=headers)
+            assert answer.status_code == 401, headers
+            assert answer.headers["www-authenticate"].startswith("Basic realm=")
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                async with websockets.connect(
+                    f"ws://{direct}/websocket",
+                    origin=Origin(f"http://{direct}"),
+                    additional_headers=headers,
+                ):
+                    pass
+            assert refused.value.response.status_code == 401, headers
+        # the credential that opens it is the one the proxy presents
+        page = await node_process.get(f"http://{direct}/", headers=basic(BASIC_USER, secret))
+        assert page.status_code == 200
+        assert "new Terminal(" in page.text
 
 
 def test_strangers_and_stale_links_are_refused(up: UpStack) -> None:
