@@ -114,8 +114,10 @@ class WireClusterMember(_Message):
     hostname: str  # main1, sub1, ...
     kernel_id: str
     node_id: str
-    #: the node's address (multi-node: the containers use the node's network)
+    #: the node's address (multi-node: where its overlay forwarder listens)
     address: str = ""
+    #: multi-node: the UDP port of its node's overlay forwarder for this session
+    port: int = 0
 
 
 class WireCluster(_Message):

@@ -105,6 +105,9 @@ class GatewaySettings(BaseSettings):
     # -- nodes and scheduling ---------------------------------------------------------
     #: refuse nodes that cannot enforce cpu/mem limits for sessions that ask for them
     require_limits_enforced: bool = False
+    #: UDP ports the scheduler gives multi-node sessions' overlay forwarders, one per
+    #: session and node (docs/cluster-sessions.md): open them between a group's nodes
+    cluster_udp_ports: str = Field(default="29100-29899", pattern=r"^[0-9]{1,5}-[0-9]{1,5}$")
     #: place fractional GPU shares on nodes that cannot enforce them (MPS / limiter)
     allow_unenforced_fractions: bool = False
     #: the egress of a group that does not set its own (docs/security.md, Egress):
@@ -180,6 +183,19 @@ class GatewaySettings(BaseSettings):
     @cached_property
     def webhook_networks(self) -> list[Network]:
         return parse_networks(self.webhook_allow_cidrs)
+
+    @field_validator("cluster_udp_ports")
+    @classmethod
+    def _port_range(cls, value: str) -> str:
+        low, high = (int(p) for p in value.split("-"))
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError("a range of unprivileged ports, low-high, such as 29100-29899")
+        return value
+
+    @property
+    def cluster_ports(self) -> range:
+        low, high = (int(p) for p in self.cluster_udp_ports.split("-"))
+        return range(low, high + 1)
 
     @field_validator("webhook_allow_cidrs")
     @classmethod

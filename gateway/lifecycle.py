@@ -152,6 +152,7 @@ def new_attempt(kernel: Kernel, now: datetime) -> None:
     kernel.attempt += 1
     kernel.status, kernel.node_id = K.PENDING, None
     kernel.slots, kernel.devices, kernel.cpuset, kernel.ports = {}, {}, {}, {}
+    kernel.cluster_port = None
     kernel.container_id = kernel.exit_code = None
     kernel.started_at = kernel.ended_at = None
     kernel.updated_at = now

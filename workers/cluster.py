@@ -6,19 +6,33 @@
                         ──▶ write_config()    DIR/ssh/{id_ed25519, authorized_keys,
                                               known_hosts, config}, DIR/sshd_config,
                                               DIR/ssh_host_ed25519_key, DIR/hostfile
-                        ──▶ ClusterNet        hostname, network or /etc/hosts, DIR
+                        ──▶ ClusterNet        hostname, network or /etc/hosts, DIR,
+                                              the overlay link (multi-node)
+
+Every container has a network namespace of its own. single-node: the session's private
+network on the node. multi-node: the session's overlay, ``jg0`` with 10.254.0.<index+1>
+in each container, carried between nodes by one forwarder per (session, node)
+(workers/overlay.py) on the UDP port the scheduler gave it. ssh listens on 22 and
+MASTER_PORT is 29500 in every container, as on a machine of its own.
 
 The session's ssh key pair and its sshd host key are derived from the 32-byte seed the
 gateway made for the session (``WireCluster.ssh_seed``), so every container of the
 session, on any node, gets the same keys without another round trip, and nothing secret
-is kept after the container is gone. docs/cluster-sessions.md has the whole design.
+is kept after the container is gone; the overlay's key is derived from it too.
+docs/cluster-sessions.md has the whole design.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
+import hmac
 import os
 import shutil
+import stat
+import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -27,46 +41,56 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from contract.cluster import cluster_network
 from contract.messages import WireCluster
 from plugins.runtimes.base import CLUSTER_CONFIG_TARGET, ClusterNet
+from workers import overlay
 
 __all__ = [
-    "SSH_BASE_PORT",
+    "OVERLAY_IFNAME",
+    "OVERLAY_MTU",
+    "OVERLAY_PREFIX",
+    "Overlays",
     "cluster_env",
     "cluster_net",
+    "master_port",
+    "overlay_address",
+    "overlay_key",
     "remove_config",
-    "ssh_port",
     "write_config",
 ]
 
-#: multi-node containers share their node's network: each runs sshd on its own port,
-#: SSH_BASE_PORT + a per-session block + its index (docs/cluster-sessions.md)
-SSH_BASE_PORT = 20000
-_BLOCKS = 600  # blocks of 16 ports between 20000 and 29599
-_BLOCK = 16
 HOSTFILE = f"{CLUSTER_CONFIG_TARGET}/hostfile"
 _KNOWN_ALIAS = "jobgate-cluster"
+#: the overlay inside each container of a multi-node session: its interface, network
+#: and MTU (its packets travel in UDP with a 16-byte tag over the nodes' network)
+OVERLAY_IFNAME = "jg0"
+OVERLAY_NETWORK = "10.254.0"
+OVERLAY_PREFIX = 24
+OVERLAY_MTU = 1380
 
 
-def _block(session_id: str) -> int:
-    digest = hashlib.sha256(session_id.encode()).digest()
-    return int.from_bytes(digest[:4], "big") % _BLOCKS
+def overlay_address(index: int) -> str:
+    """Container *index*'s address on its session's overlay: main1 10.254.0.1, ..."""
+    return f"{OVERLAY_NETWORK}.{index + 1}"
 
 
-def ssh_port(cluster: WireCluster, session_id: str, index: int) -> int:
-    """sshd's port in container *index*: 22 on a private network, else from the block."""
-    if cluster.mode == "single-node":
-        return 22
-    return SSH_BASE_PORT + _block(session_id) * _BLOCK + index
+def overlay_key(seed_hex: str) -> str:
+    """The key that tags the session's overlay packets (hex), from its ssh seed."""
+    return hmac.new(bytes.fromhex(seed_hex), b"jobgate-overlay", hashlib.sha256).hexdigest()
 
 
-def master_port(cluster: WireCluster, session_id: str) -> int:
-    """MASTER_PORT: the usual 29500 on a private network, else the block's last port."""
-    if cluster.mode == "single-node":
+def master_port(cluster: WireCluster, own_netns: bool = True) -> int:
+    """MASTER_PORT: 29500 where every container has a network of its own; on a node's
+    shared network (the process runtime) the port the scheduler gave the session on main1's
+    node, which no other live session there holds."""
+    if own_netns or cluster.mode == "single-node" or not cluster.members[0].port:
         return cluster.master_port
-    return SSH_BASE_PORT + _block(session_id) * _BLOCK + _BLOCK - 1
+    return cluster.members[0].port
 
 
-def cluster_env(cluster: WireCluster, session_id: str, kernel_id: str) -> dict[str, str]:
-    """The environment of one container, with Backend.AI's names as aliases."""
+def cluster_env(
+    cluster: WireCluster, session_id: str, kernel_id: str, own_netns: bool = True
+) -> dict[str, str]:
+    """The environment of one container, with Backend.AI's names as aliases; *own_netns*:
+    whether the runtime gives each container a network namespace (not the process one)."""
     me = cluster.members[cluster.index]
     size = len(cluster.members)
     role = "main" if cluster.index == 0 else "sub"
@@ -91,10 +115,18 @@ def cluster_env(cluster: WireCluster, session_id: str, kernel_id: str) -> dict[s
         "JOBGATE_CLUSTER_HOSTFILE": HOSTFILE,
         "OMPI_MCA_orte_default_hostfile": HOSTFILE,
         "MASTER_ADDR": cluster.members[0].hostname,
-        "MASTER_PORT": str(master_port(cluster, session_id)),
+        "MASTER_PORT": str(master_port(cluster, own_netns)),
         "WORLD_SIZE": str(size),
         "RANK": str(cluster.index),
     }
+    if cluster.mode == "multi-node" and own_netns:  # peers only over the overlay
+        env |= {
+            "JOBGATE_CLUSTER_IFNAME": OVERLAY_IFNAME,
+            "OMPI_MCA_btl_tcp_if_include": OVERLAY_IFNAME,
+            "OMPI_MCA_oob_tcp_if_include": OVERLAY_IFNAME,
+            "NCCL_SOCKET_IFNAME": OVERLAY_IFNAME,
+            "GLOO_SOCKET_IFNAME": OVERLAY_IFNAME,
+        }
     return env
 
 
@@ -142,23 +174,16 @@ def write_config(directory: Path, cluster: WireCluster, session_id: str) -> None
     _write(ssh / "id_ed25519.pub", _public(user) + " jobgate-session\n", 0o644)
     _write(ssh / "authorized_keys", _public(user) + " jobgate-session\n")
     _write(ssh / "known_hosts", f"{_KNOWN_ALIAS} {_public(host)}\n", 0o644)
-    blocks = []
-    for i, m in enumerate(cluster.members):
-        lines = [f"Host {m.hostname}", f"    Port {ssh_port(cluster, session_id, i)}"]
-        if cluster.mode == "multi-node" and m.address:
-            lines.append(f"    HostName {m.address}")
-        blocks.append("\n".join(lines))
     _write(
         ssh / "config",
-        "\n".join(blocks) + "\nHost *\n    User root\n    IdentityFile ~/.ssh/id_ed25519\n"
+        "Host *\n    Port 22\n    User root\n    IdentityFile ~/.ssh/id_ed25519\n"
         f"    HostKeyAlias {_KNOWN_ALIAS}\n    StrictHostKeyChecking yes\n"
         "    UserKnownHostsFile ~/.ssh/known_hosts\n    LogLevel ERROR\n",
     )
     _write(directory / "ssh_host_ed25519_key", _private(host))
-    port = ssh_port(cluster, session_id, cluster.index)
     _write(
         directory / "sshd_config",
-        f"Port {port}\nHostKey {target}/ssh_host_ed25519_key\n"
+        f"Port 22\nHostKey {target}/ssh_host_ed25519_key\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
         f"AuthorizedKeysFile {target}/ssh/authorized_keys\n"
@@ -177,10 +202,108 @@ def remove_config(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def cluster_net(cluster: WireCluster, session_id: str, config_dir: Path | None) -> ClusterNet:
-    """How the runtime connects this container."""
+def cluster_net(
+    cluster: WireCluster,
+    session_id: str,
+    config_dir: Path | None,
+    attach: Callable[[int], Awaitable[None]] | None = None,
+) -> ClusterNet:
+    """How the runtime connects this container; *attach* (multi-node): joins the created
+    container (its pid) to the session's overlay."""
     me = cluster.members[cluster.index]
     if cluster.mode == "single-node":
         return ClusterNet(me.hostname, cluster_network(session_id), {}, config_dir)
-    hosts = {m.hostname: m.address or "127.0.0.1" for m in cluster.members}
-    return ClusterNet(me.hostname, None, hosts, config_dir)
+    hosts = {m.hostname: overlay_address(i) for i, m in enumerate(cluster.members)}
+    return ClusterNet(me.hostname, None, hosts, config_dir, link=OVERLAY_IFNAME, attach=attach)
+
+
+class Overlays:
+    """The overlay forwarders of this node's multi-node sessions: one per session, made
+    with its first container here, stopped after its last (workers/overlay.py). A
+    forwarder outlives a worker restart as the containers do: its pid is kept in
+    ``ROOT/<session>/forwarder.pid``; and it ends by itself once its containers are gone."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, session_id: str) -> Path:
+        return self.root / session_id
+
+    def _control(self, session_id: str) -> Path:
+        """The forwarder's control socket: a short path (a unix socket's may not exceed
+        107 bytes) in a directory of this user's own, 0700."""
+        sockets = Path(tempfile.gettempdir()) / f"jobgate-overlay-{os.getuid()}"
+        sockets.mkdir(mode=0o700, exist_ok=True)
+        info = sockets.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise OSError(f"{sockets} is not a private directory of this user")
+        digest = hashlib.sha256(f"{self.root}\0{session_id}".encode()).hexdigest()[:16]
+        return sockets / f"{digest}.sock"
+
+    async def ensure(
+        self, session_id: str, cluster: WireCluster, netns_pid: int | None
+    ) -> Callable[[int], Awaitable[None]]:
+        """Start the session's forwarder here unless it runs; how to attach a container."""
+        me = cluster.members[cluster.index]
+        if not me.port or not me.address:
+            raise ValueError(
+                "the start job names no overlay port or node address for this node "
+                "(a scheduler older than this worker)"
+            )
+        directory = self._dir(session_id)
+        control = self._control(session_id)
+        pid_file = directory / "forwarder.pid"
+        if not _alive(pid_file, control):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            config = overlay.OverlayConfig(
+                session_id=session_id,
+                key=overlay_key(cluster.ssh_seed),
+                listen_host=me.address,
+                listen_port=me.port,
+                mtu=OVERLAY_MTU,
+                members=tuple(
+                    overlay.Member(
+                        index=i,
+                        address=overlay_address(i),
+                        node_host=m.address,
+                        node_port=m.port,
+                    )
+                    for i, m in enumerate(cluster.members)
+                ),
+                control=str(control),
+            )
+            pid = await asyncio.to_thread(
+                overlay.spawn, config, netns_pid, directory / "forwarder.log"
+            )
+            pid_file.write_text(str(pid))
+        return functools.partial(
+            overlay.attach,
+            control=str(control),
+            ifname=OVERLAY_IFNAME,
+            address=overlay_address(cluster.index),
+            prefix=OVERLAY_PREFIX,
+            mtu=OVERLAY_MTU,
+            index=cluster.index,
+        )
+
+    async def done(self, session_id: str) -> None:
+        """The session's last container here is gone: stop its forwarder."""
+        directory = self._dir(session_id)
+        pid = _pid(directory / "forwarder.pid")
+        if pid is not None:  # stop() leaves a pid that is not a forwarder alone
+            await asyncio.to_thread(overlay.stop, pid)
+        shutil.rmtree(directory, ignore_errors=True)
+        self._control(session_id).unlink(missing_ok=True)
+
+
+def _pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid_file: Path, control: Path) -> bool:
+    """Whether the forwarder *pid_file* names runs, with its control socket."""
+    pid = _pid(pid_file)
+    return pid is not None and overlay.is_forwarder(pid) and control.is_socket()

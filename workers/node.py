@@ -53,12 +53,13 @@ from plugins.runtimes.base import (
     RuntimeInfo,
 )
 from workers.apps import apps_from_labels, service_port, start_command
-from workers.cluster import cluster_env, cluster_net, remove_config, write_config
+from workers.cluster import Overlays, cluster_env, cluster_net, remove_config, write_config
 from workers.config import WorkerSettings
 from workers.devices import registration_fields
 from workers.fingerprint import machine_arch
 from workers.folders import folder_env, folder_mounts
 from workers.kernel import KernelRun, NodeServices
+from workers.overlay import OverlayError
 from workers.reporter import EventReporter
 from workers.secretfiles import secrets_dir, write_secret_files
 from workers.state import KernelState, attempt_ref, parse_ref
@@ -93,6 +94,7 @@ class NodeAgent:
         self.tasks: set[asyncio.Task[None]] = set()
         self.runtime_info: RuntimeInfo | None = None
         self.network_locks: dict[str, asyncio.Lock] = {}  # session id -> its network's
+        self.overlays = Overlays(settings.state_dir / "overlays")
         self.stats: list[dict[str, Any]] = []
         self._recovered: list[KernelRun] = []
 
@@ -254,7 +256,8 @@ class NodeAgent:
     def spec(self, job: StartKernel) -> KernelSpec:
         env = dict(job.env)
         if job.cluster is not None:
-            for name, value in cluster_env(job.cluster, job.session_id, job.kernel_id).items():
+            own = isinstance(self.runtime, NetworkRuntime)
+            for name, value in cluster_env(job.cluster, job.session_id, job.kernel_id, own).items():
                 env.setdefault(name, value)
         env.setdefault("JOBGATE_SESSION_ID", job.session_id)
         env.setdefault("JOBGATE_KERNEL_ID", job.kernel_id)
@@ -292,9 +295,20 @@ class NodeAgent:
         if self.services.workdirs is not None and cluster.ssh_seed:
             config_dir = self.services.workdirs.root / "cluster" / spec.kernel_id
             await asyncio.to_thread(write_config, config_dir, cluster, job.session_id)
-        net = cluster_net(cluster, job.session_id, config_dir)
-        if net.network is not None and isinstance(self.runtime, NetworkRuntime):
-            async with self._network_lock(job.session_id):
+        if not isinstance(self.runtime, NetworkRuntime):  # plain processes: the node's network
+            return dataclasses.replace(
+                spec, cluster=cluster_net(cluster, job.session_id, config_dir)
+            )
+        attach = None
+        async with self._network_lock(job.session_id):
+            if cluster.mode == "multi-node":
+                try:
+                    netns = await self.runtime.netns_pid()
+                    attach = await self.overlays.ensure(job.session_id, cluster, netns)
+                except (ValueError, OSError, OverlayError) as exc:
+                    raise RuntimeFailure(f"cannot join the session's overlay: {exc}") from exc
+            net = cluster_net(cluster, job.session_id, config_dir, attach)
+            if net.network is not None:
                 await self.runtime.create_network(net.network)
         return dataclasses.replace(spec, cluster=net)
 
@@ -317,6 +331,10 @@ class NodeAgent:
                 await self.runtime.remove_network(cluster_network(session_id))
             except RuntimeFailure as exc:
                 log.warning("removing the network of session %s: %s", session_id, exc)
+            try:
+                await self.overlays.done(session_id)
+            except OSError as exc:
+                log.warning("stopping the overlay of session %s: %s", session_id, exc)
         self.network_locks.pop(session_id, None)
 
     def _folders(self, job: StartKernel, spec: KernelSpec) -> KernelSpec:

@@ -94,6 +94,7 @@ __all__ = [
     "OverlayConfig",
     "OverlayError",
     "attach",
+    "is_forwarder",
     "main",
     "serve",
     "spawn",
@@ -723,7 +724,8 @@ def _is_socket(path: str) -> bool:
         return False
 
 
-def _is_forwarder(pid: int) -> bool:
+def is_forwarder(pid: int) -> bool:
+    """Whether *pid* is a running forwarder (its command line says so)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\x00")
     except OSError:
@@ -734,14 +736,14 @@ def _is_forwarder(pid: int) -> bool:
 def stop(pid: int, *, grace: float = 5.0) -> bool:
     """Stop the forwarder *pid* (SIGTERM, SIGKILL after *grace* seconds) and wait for it:
     whether it was running. A pid that is not a forwarder is left alone."""
-    if not _is_forwarder(pid):
+    if not is_forwarder(pid):
         return False
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
         return False
     try:
-        if not _is_forwarder(pid):  # the pid was reused between the two looks
+        if not is_forwarder(pid):  # the pid was reused between the two looks
             return False
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):

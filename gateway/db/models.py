@@ -459,6 +459,9 @@ class Kernel(Base):
     slots: Mapped[dict[str, Any]] = mapped_column(default=dict)  # allocated slots
     devices: Mapped[dict[str, Any]] = mapped_column(default=dict)  # slot -> device -> amt
     cpuset: Mapped[dict[str, Any]] = mapped_column(default=dict)  # {"cpus": [...]}
+    #: a multi-node session's overlay port on its node (UDP; docs/cluster-sessions.md):
+    #: the scheduler gives each (session, node) its own among the node's live kernels
+    cluster_port: Mapped[int | None] = mapped_column(Integer, default=None)
     ports: Mapped[dict[str, Any]] = mapped_column(default=dict)  # app -> host port
     container_id: Mapped[str | None] = mapped_column(String(128), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)

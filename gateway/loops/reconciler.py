@@ -430,10 +430,13 @@ async def _members(
     """A cluster session's containers, for a start job sent again."""
     if session.cluster_mode is None or session.cluster_size < 2:
         return None
-    rows = await db.execute(
-        select(Kernel.id, Kernel.node_id)
-        .where(Kernel.session_id == session.id)
-        .order_by(Kernel.cluster_idx)
+    rows = list(
+        await db.execute(
+            select(Kernel.id, Kernel.node_id, Kernel.cluster_port)
+            .where(Kernel.session_id == session.id)
+            .order_by(Kernel.cluster_idx)
+        )
     )
     addresses = {n.id: n.address for n in nodes.values()}
-    return cluster_members([(k, n or "") for k, n in rows], addresses)
+    ports = {n: p for _, n, p in rows if n and p}
+    return cluster_members([(k, n or "") for k, n, _ in rows], addresses, ports)

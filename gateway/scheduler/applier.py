@@ -70,11 +70,13 @@ async def apply_plan(
     app_key: str = "",
     grace: float = 30.0,
     egress: WireEgress | None = None,
+    cluster_ports: range = range(29100, 29900),
 ) -> Applied:
     """Apply *plan* inside the caller's transaction; its start jobs and live events go
     into *outbox*, to send after the commit. *app_key*: the proxy secret, from which
     interactive sessions' app secrets are derived ("": none); *grace*: the group's
-    preemption grace period; *egress*: the group's, which every start job carries."""
+    preemption grace period; *egress*: the group's, which every start job carries;
+    *cluster_ports*: the UDP ports multi-node sessions' overlay forwarders get."""
     out = Applied()
     now = await db_now(db)
     # lock order, everywhere: sessions, then kernels, then nodes, each in id order
@@ -85,24 +87,28 @@ async def apply_plan(
         db, [p.session_id for p in plan.placements if p.session_id in sessions]
     )
     ledgers, queues, addresses = await _lock_nodes(db, plan)
+    ports = await PortBook.read(db, plan, sessions, cluster_ports)
     kernel_updates: list[dict[str, Any]] = []
     for placement in plan.placements:
         session = sessions.get(placement.session_id)
         if session is None:
             continue  # cancelled or placed by someone else meanwhile
-        why = _reserve(placement, ledgers)
-        if why is not None:
-            out.rejected[session.id] = why
+        overlay = ports.take(session, placement)
+        why = _reserve(placement, ledgers) if overlay is not None else ports.why_not(placement)
+        if why is not None or overlay is None:
+            ports.give_back(overlay or {})
+            out.rejected[session.id] = why or "no cluster port"
             continue
         attempts = kernels.get(session.id, [])
         members = cluster_members(
             [(k, kp.node_id) for (k, _), kp in zip(attempts, placement.kernels, strict=True)],
             addresses,
+            overlay,
         )
         for index, ((kernel_id, attempt), kp) in enumerate(
             zip(attempts, placement.kernels, strict=True)
         ):
-            update_row = _kernel_columns(kernel_id, kp, now)
+            update_row = _kernel_columns(kernel_id, kp, now, overlay.get(kp.node_id))
             kernel_updates.append(update_row)
             cluster = _cluster(session, index, members)
             job = _job(
@@ -235,10 +241,13 @@ def _reserve(placement: Placement, ledgers: dict[str, NodeLedger]) -> str | None
     return None
 
 
-def _kernel_columns(kernel_id: str, kp: KernelPlacement, now: datetime) -> dict[str, Any]:
+def _kernel_columns(
+    kernel_id: str, kp: KernelPlacement, now: datetime, port: int | None
+) -> dict[str, Any]:
     return {
         "b_id": kernel_id,
         "node_id": kp.node_id,
+        "cluster_port": port,
         "slots": kp.slots.to_json(),
         "devices": {s: {d: str(a) for d, a in per.items()} for s, per in kp.devices.items()},
         "cpuset": {"cpus": list(kp.cpuset)} if kp.cpuset else {},
@@ -312,18 +321,94 @@ async def _record_reasons(
 
 
 def cluster_members(
-    kernels: Sequence[tuple[str, str]], addresses: dict[str, str]
+    kernels: Sequence[tuple[str, str]],
+    addresses: dict[str, str],
+    ports: dict[str, int] | None = None,
 ) -> list[WireClusterMember]:
-    """``(kernel id, node id)`` in cluster order -> the members every container is told."""
+    """``(kernel id, node id)`` in cluster order -> the members every container is told;
+    *ports*: node -> the session's overlay port there (multi-node)."""
     return [
         WireClusterMember(
             hostname=cluster_hostname(i),
             kernel_id=kernel_id,
             node_id=node_id,
             address=addresses.get(node_id, ""),
+            port=(ports or {}).get(node_id, 0),
         )
         for i, (kernel_id, node_id) in enumerate(kernels)
     ]
+
+
+@dataclass
+class PortBook:
+    """The overlay ports (UDP) of multi-node sessions, per node: each (session, node)
+    gets the lowest port of the range that no live kernel on that node holds. The nodes
+    are locked by the caller's transaction, so two passes never hand out the same one."""
+
+    ports: range
+    taken: dict[str, set[int]]
+
+    @classmethod
+    async def read(
+        cls, db: AsyncSession, plan: Plan, sessions: dict[str, Any], ports: range
+    ) -> PortBook:
+        nodes = sorted(
+            {
+                kp.node_id
+                for p in plan.placements
+                if _multi_node(sessions.get(p.session_id), p)
+                for kp in p.kernels
+            }
+        )
+        taken: dict[str, set[int]] = {n: set() for n in nodes}
+        if nodes:
+            c = KERNELS.c
+            rows = await db.execute(
+                select(c.node_id, c.cluster_port).where(
+                    c.node_id.in_(nodes), c.ended_at.is_(None), c.cluster_port.is_not(None)
+                )
+            )
+            for node, port in rows:
+                taken[node].add(port)
+        return cls(ports, taken)
+
+    def take(self, session: Any, placement: Placement) -> dict[str, int] | None:
+        """node -> port for *placement* ({} when it needs none); None: a node has none
+        left (nothing taken)."""
+        if not _multi_node(session, placement):
+            return {}
+        out: dict[str, int] = {}
+        for node in sorted({kp.node_id for kp in placement.kernels}):
+            used = self.taken[node]
+            port = next((p for p in self.ports if p not in used), None)
+            if port is None:
+                self.give_back(out)
+                return None
+            used.add(port)
+            out[node] = port
+        return out
+
+    def give_back(self, taken: dict[str, int]) -> None:
+        for node, port in taken.items():
+            self.taken[node].discard(port)
+
+    def why_not(self, placement: Placement) -> str:
+        full = sorted(
+            {
+                kp.node_id
+                for kp in placement.kernels
+                if len(self.taken[kp.node_id]) >= len(self.ports)
+            }
+        )
+        return (
+            f"no cluster port left on {', '.join(full)} ({self.ports.start}-{self.ports.stop - 1})"
+        )
+
+
+def _multi_node(session: Any, placement: Placement) -> bool:
+    return (
+        session is not None and session.cluster_mode == "multi-node" and len(placement.kernels) > 1
+    )
 
 
 def _cluster(session: Any, index: int, members: list[WireClusterMember]) -> WireCluster | None:

@@ -110,7 +110,9 @@ class Scheduler:
                 key = self.settings.proxy_secret.get_secret_value()
                 grace = snapshot.config.preemption_grace_s
                 egress = wire_egress(snapshot.config)
-                applied = await apply_plan(db, decided, reasons, outbox, key, grace, egress)
+                applied = await apply_plan(
+                    db, decided, reasons, outbox, key, grace, egress, self.settings.cluster_ports
+                )
             apply_s = time.perf_counter() - t0
         await outbox.flush(self.pool)
         return PassResult(

@@ -161,8 +161,11 @@ class ClusterNet:
     """How one container of a cluster session joins the others (the worker fills it).
 
     ``network``: a private network (made with :class:`NetworkRuntime`) the container
-    joins under its ``hostname`` as DNS alias; None: the node's own network (multi-node),
-    the peers reached through ``hosts`` (``/etc/hosts`` entries: name -> address).
+    joins under its ``hostname`` as DNS alias (single-node); None (multi-node): the
+    container keeps its own namespace like a lone one, and the peers are reached through
+    ``hosts`` (``/etc/hosts`` entries: name -> address) over the interface ``link``,
+    which ``attach`` puts into the created container (called with its pid before it
+    starts; a runtime without its own namespaces ignores both).
     ``config_dir``: the worker's per-container directory of ssh keys, ssh/sshd
     configuration and MPI hostfile, mounted at :data:`CLUSTER_CONFIG_TARGET`, its
     ``ssh`` folder at ``/root/.ssh``; ``sshd`` is started from there before the command.
@@ -172,6 +175,8 @@ class ClusterNet:
     network: str | None = None
     hosts: dict[str, str] = field(default_factory=dict)
     config_dir: Path | None = None
+    link: str | None = None
+    attach: Callable[[int], Awaitable[None]] | None = None
 
 
 CLUSTER_CONFIG_TARGET: Final = "/opt/jobgate/cluster"
@@ -191,6 +196,12 @@ class NetworkRuntime(Protocol):
 
     async def list_networks(self) -> list[str]:
         """The networks this node's worker instance made (to sweep after a restart)."""
+        ...
+
+    async def netns_pid(self) -> int | None:
+        """A process in the network namespace where this node's containers publish ports
+        and reach the node's address (where a session's overlay forwarder must live);
+        None: the caller's own."""
         ...
 
 

@@ -185,14 +185,6 @@ class Placement:
                 f"(allowed: {allowed})",
                 field="cluster_mode",
             )
-        if body.cluster_mode == "multi-node" and config.egress != "open":
-            raise Conflict(
-                f"resource group {group} keeps sessions to egress {config.egress}, and "
-                "multi-node clusters share their nodes' network, where it cannot be "
-                "enforced: use --cluster-mode single-node, or a group whose egress is open "
-                "(docs/cluster-sessions.md)",
-                field="cluster_mode",
-            )
 
 
 def _distinct_nodes(config: SchedulerConfig) -> bool:

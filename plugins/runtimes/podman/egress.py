@@ -118,16 +118,19 @@ def ruleset(
     *,
     peers: Iterable[str] = (),
     dns: Iterable[str] = (SLIRP_DNS,),
+    links: Iterable[str] = (),
 ) -> str:
     """The nft script for *mode* (``no-private`` or ``none``).
 
     *allow*: the group's ``egress_allow``; *own*: the node's addresses; *peers*: networks
     the session's own containers share (a single-node cluster's network); *dns*: resolvers
-    ``no-private`` still reaches on port 53.
+    ``no-private`` still reaches on port 53; *links*: interfaces that lead only to the
+    session's own containers (a multi-node session's overlay).
     """
     if mode not in ("no-private", "none"):
         raise ValueError(f"no rules for egress {mode!r}")
     rules = ['oifname "lo" accept', "ct state established,related accept"]
+    rules += [f'oifname "{link}" accept' for link in links]
     peer4, peer6 = _split(peers)
     if peer4:
         rules.append(f"ip daddr {_set(peer4)} accept")

@@ -252,8 +252,9 @@ class PodmanRuntime:
         if adopted is not None:
             return adopted
         rules = spec.egress.mode != "open" and body["netns"]["nsmode"] != "none"
+        link = spec.cluster.attach if spec.cluster is not None else None
         try:
-            if rules or (delegated is not None and not delegated.empty):
+            if rules or link is not None or (delegated is not None and not delegated.empty):
                 await self._before_start(ref, spec, delegated, rules)
             await self._run(self._api.start, ref)
             data = await self._run(self._api.inspect, ref) if spec.ports else None
@@ -295,7 +296,7 @@ class PodmanRuntime:
         self, ref: str, spec: KernelSpec, delegated: Limits | None, rules: bool
     ) -> None:
         """Initialise the container (its namespaces and cgroups; nothing runs yet), then
-        write what Podman cannot: v1 limits, egress rules."""
+        write what Podman cannot: v1 limits, egress rules, a multi-node session's link."""
         await self._run(self._api.init, ref)
         made = await self._run(self._api.inspect, ref)
         pid = int((made.get("State") or {}).get("Pid") or 0)
@@ -305,6 +306,8 @@ class PodmanRuntime:
             await self._apply_delegated(ref, pid, delegated)
         if rules:
             await self._apply_egress(spec, pid, made)
+        if spec.cluster is not None and spec.cluster.attach is not None:
+            await spec.cluster.attach(pid)
 
     async def _apply_delegated(self, ref: str, pid: int, limits: Limits) -> None:
         """cgroup v1: write limits into the initialised (not yet running) container's cgroups."""
@@ -332,8 +335,9 @@ class PodmanRuntime:
                 peers.append(f"{net['IPAddress']}/{net['IPPrefixLen']}")
             if net.get("Gateway"):
                 dns.append(str(net["Gateway"]))  # aardvark-dns answers there
+        links = [spec.cluster.link] if spec.cluster is not None and spec.cluster.link else []
         script = egress.ruleset(
-            spec.egress.mode, spec.egress.allow, self._own, peers=peers, dns=dns
+            spec.egress.mode, spec.egress.allow, self._own, peers=peers, dns=dns, links=links
         )
         try:
             await egress.apply(pid, script)
@@ -367,6 +371,12 @@ class PodmanRuntime:
 
     async def remove_network(self, name: str) -> None:
         await self._run(self._api.network_remove, name)
+
+    async def netns_pid(self) -> int | None:
+        """The API service's pid: its network namespace is where containers' ports are
+        published and the node's address is (a test may run it in one of its own)."""
+        path = self.settings.socket_path
+        return await self._run(peer_pid, path) if path else None
 
     async def list_networks(self) -> list[str]:
         labels = [f"{k}={v}" for k, v in self._network_labels().items()]

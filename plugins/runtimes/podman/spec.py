@@ -155,7 +155,7 @@ def _mounts(
 def _network(settings: PodmanSettings, spec: KernelSpec) -> dict[str, Any]:
     """The network namespace; with ``host_loopback``, 10.0.2.2 is the host's 127.0.0.1.
     Egress ``none`` with nothing to publish and no peers: no network at all."""
-    lone = not spec.ports and spec.cluster is None
+    lone = not spec.ports and (spec.cluster is None or spec.cluster.link is not None)
     mode = "none" if spec.egress.mode == "none" and lone else settings.network
     network: dict[str, Any] = {"netns": {"nsmode": mode}}
     if settings.host_loopback and mode == "slirp4netns":
@@ -255,15 +255,10 @@ def _cluster_body(body: dict[str, Any], spec: KernelSpec) -> dict[str, Any]:
     if cluster.network is not None:  # single-node: the session's own network, name as alias
         body["netns"] = {"nsmode": "bridge"}
         body["networks"] = {cluster.network: {"aliases": [cluster.hostname]}}
-    else:  # multi-node: the node's network, peers by /etc/hosts (their nodes' addresses)
-        if spec.egress.mode != "open":  # the gateway refuses these at submit; a late change
-            raise InvalidSpec(
-                f"a multi-node cluster shares the node's network, where egress "
-                f"{spec.egress.mode} cannot be enforced"
-            )
-        body["netns"] = {"nsmode": "host"}
+    else:  # multi-node: its own namespace, as a lone container's; peers over the overlay
+        if cluster.attach is None:
+            raise InvalidSpec("a multi-node container needs its session's overlay")
         body["hostadd"] = [f"{name}:{address}" for name, address in sorted(cluster.hosts.items())]
-        body.pop("portmappings", None)  # on the host network the ports are the host's
     # sshd separates privileges into a chroot (Podman's default set has SYS_CHROOT too)
     body["cap_add"] = sorted({*body["cap_add"], "SYS_CHROOT"})
     if spec.command and cluster.config_dir is not None:

@@ -10,18 +10,24 @@ import pytest
 from sim_agent import sim_agent
 
 from contract.messages import StartKernel, WireCluster, WireClusterMember
-from plugins.runtimes.base import KernelSpec, RuntimeContext, RuntimeFailure
+from plugins.runtimes.base import InvalidSpec, KernelSpec, RuntimeContext, RuntimeFailure
 from plugins.runtimes.podman.settings import PodmanSettings
 from plugins.runtimes.podman.spec import SSHD_PREAMBLE, create_body
 from plugins.runtimes.sim import SimRuntime, SimSettings
-from workers.cluster import cluster_env, cluster_net, ssh_port, write_config
+from workers.cluster import cluster_env, cluster_net, overlay_key, write_config
 
 SEED = "11" * 32
 
 
 def cluster(mode: str = "single-node", index: int = 2) -> WireCluster:
     members = [
-        WireClusterMember(hostname=h, kernel_id=f"k{i}", node_id=f"n{i}", address=f"10.0.0.{i + 1}")
+        WireClusterMember(
+            hostname=h,
+            kernel_id=f"k{i}",
+            node_id=f"n{i}",
+            address=f"10.0.0.{i + 1}",
+            port=29100 + i,
+        )
         for i, h in enumerate(["main1", "sub1", "sub2"])
     ]
     return WireCluster(mode=mode, index=index, members=members, ssh_seed=SEED)  # type: ignore[arg-type]
@@ -53,13 +59,19 @@ def test_the_environment_of_sub2_with_backend_ai_aliases() -> None:
     )
 
 
-def test_multi_node_ports_come_from_the_sessions_block() -> None:
+def test_multi_node_peers_meet_on_the_overlay_or_on_the_schedulers_port() -> None:
     c = cluster("multi-node")
-    ports = [ssh_port(c, "s1", i) for i in range(3)]
-    assert ports == [ports[0], ports[0] + 1, ports[0] + 2]
-    assert 20000 <= ports[0] < 30000
-    assert int(cluster_env(c, "s1", "k2")["MASTER_PORT"]) == ports[0] + 15
-    assert ssh_port(cluster(), "s1", 2) == 22
+    env = cluster_env(c, "s1", "k2")  # containers: a namespace each, the usual ports
+    assert env["MASTER_PORT"] == "29500"
+    for name in ("OMPI_MCA_btl_tcp_if_include", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        assert env[name] == "jg0"
+    # plain processes share the node's network: main1's node port, given by the scheduler
+    shared = cluster_env(c, "s1", "k2", own_netns=False)
+    assert shared["MASTER_PORT"] == "29100"
+    assert "NCCL_SOCKET_IFNAME" not in shared
+    # one key per session, the same in every container, and not the seed itself
+    assert overlay_key(SEED) == overlay_key(SEED) != overlay_key("22" * 32)
+    assert SEED not in overlay_key(SEED)
 
 
 def test_the_files_hold_one_key_pair_every_container_derives_alike(tmp_path: Path) -> None:
@@ -75,12 +87,8 @@ def test_the_files_hold_one_key_pair_every_container_derives_alike(tmp_path: Pat
     assert (a / "ssh" / "authorized_keys").read_text() == public
     assert public.startswith("ssh-ed25519 ")
     assert (a / "hostfile").read_text() == "main1 slots=1\nsub1 slots=1\nsub2 slots=1\n"
-    config = (a / "ssh" / "config").read_text()
-    assert (
-        f"Host sub1\n    Port {ssh_port(cluster('multi-node'), 's1', 1)}\n    HostName 10.0.0.2"
-        in config
-    )
-    assert f"Port {ssh_port(cluster('multi-node'), 's1', 2)}" in (a / "sshd_config").read_text()
+    assert "Host *\n    Port 22\n" in (a / "ssh" / "config").read_text()
+    assert "Port 22\n" in (a / "sshd_config").read_text()
     keygen = subprocess.run(
         ["ssh-keygen", "-y", "-f", str(a / "ssh" / "id_ed25519")], capture_output=True, text=True
     )
@@ -106,12 +114,21 @@ def test_podman_joins_the_sessions_network_or_the_hosts_and_starts_sshd(tmp_path
     assert "SYS_CHROOT" in body["cap_add"]
     mounts = {m["destination"]: m["source"] for m in body["mounts"]}
     assert mounts == {"/opt/jobgate/cluster": str(tmp_path), "/root/.ssh": str(tmp_path / "ssh")}
-    multi_net = cluster_net(cluster("multi-node"), "s1", tmp_path)
+
+    async def attach(pid: int) -> None:
+        del pid
+
+    multi_net = cluster_net(cluster("multi-node"), "s1", tmp_path, attach)
     multi = base.__class__(**{**_fields(base), "cluster": multi_net})
     body = create_body(multi, settings, native=None, mem_label=None)
-    assert body["netns"] == {"nsmode": "host"}
-    assert body["hostadd"] == ["main1:10.0.0.1", "sub1:10.0.0.2", "sub2:10.0.0.3"]
+    assert body["netns"] == {"nsmode": "slirp4netns"}  # its own, never the host's
+    assert body["hostadd"] == ["main1:10.254.0.1", "sub1:10.254.0.2", "sub2:10.254.0.3"]
     assert "networks" not in body
+    without = base.__class__(
+        **{**_fields(base), "cluster": cluster_net(cluster("multi-node"), "s1", tmp_path)}
+    )
+    with pytest.raises(InvalidSpec, match="overlay"):  # never the host's network instead
+        create_body(without, settings, native=None, mem_label=None)
 
 
 def _fields(spec: KernelSpec) -> dict[str, object]:
@@ -135,6 +152,9 @@ class _NoNetworks(SimRuntime):
 
     async def list_networks(self) -> list[str]:
         return ["jobgate-gone", "jobgate-s1"]
+
+    async def netns_pid(self) -> int | None:
+        return None
 
 
 async def test_a_failed_network_fails_the_start_with_its_reason_and_leaves_no_network(
