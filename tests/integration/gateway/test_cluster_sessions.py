@@ -130,3 +130,31 @@ async def _settled(
         return None if live else found
 
     return await until(kernel, timeout=30, interval=0.2, what=f"a kernel of {session_id} ended")
+
+
+async def test_multi_node_sessions_on_shared_networks_meet_on_ports_the_scheduler_gave(
+    stack: Stack,
+) -> None:
+    """Plain processes share their node's network: each multi-node session's MASTER_PORT
+    is the port its main1's node got from the scheduler, never another live session's."""
+    await stack.start_worker("n1")
+    await stack.start_worker("n2")
+    sessions = [
+        await stack.submit(
+            command=["sh", "-c", 'echo "port $MASTER_PORT on $JOBGATE_CLUSTER_HOST"; sleep 30'],
+            cluster_size=2,
+            cluster_mode="multi-node",
+        )
+        for _ in range(2)
+    ]
+    ports = []
+    for session in sessions:
+        text = await stack.wait_output(session["id"], "port ", timeout=30)
+        main = next(line for line in text.splitlines() if line.endswith("on main1"))
+        ports.append(int(main.split()[1]))
+    assert len(set(ports)) == 2, ports  # two live sessions, two ports
+    assert all(29100 <= p <= 29899 for p in ports), ports  # JOBGATE_CLUSTER_UDP_PORTS
+    for session in sessions:
+        async with stack.client() as api:
+            r = await api.delete(f"/v1/sessions/{session['id']}")
+            assert r.status_code in (200, 202, 204), r.text

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 from gateway_rows import Rows
 
+from contract.messages import WireEgress
 from contract.tokens import app_secret
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Kernel, Session
@@ -213,3 +214,66 @@ async def test_only_changed_pending_reasons_are_written(db: SessionFactory, rows
     # both did not fit once more (heuristic-fifo reads this)
     assert (await rows.one(Session, "s1")).schedule_attempts == 1
     assert (await rows.one(Session, "s2")).schedule_attempts == 1
+
+
+def _placement(session_id: str, *nodes: str) -> Placement:
+    slots = ResourceSlots.parse({"cpu": 1, "mem": "1g"})
+    return Placement(session_id, [KernelPlacement(node, slots) for node in nodes])
+
+
+async def test_multi_node_sessions_get_an_overlay_port_per_node_that_no_live_one_holds(
+    db: SessionFactory, rows: Rows
+) -> None:
+    for node in ("n1", "n2"):
+        await rows.node(node)
+    multi = {"cluster_mode": "multi-node"}
+    for sid in ("s1", "s2", "s3", "s4"):
+        await rows.session(S.PENDING, [(K.PENDING, None)] * 2, session_id=sid, **multi)
+    await rows.session(S.PENDING, [(K.PENDING, None)], session_id="lone")
+    ports = range(29100, 29102)  # two per node
+    plan = Plan([_placement("s1", "n1", "n2"), _placement("s2", "n1", "n1")])
+    plan.placements += [_placement("lone", "n2")]
+    outbox = Outbox()
+    async with db() as session, session.begin():
+        await apply_plan(session, plan, {}, outbox, cluster_ports=ports)
+    jobs = {(job.session_id, job.kernel_id): job for _, job in outbox.starts}
+    s1 = jobs["s1", "s1-k0"].cluster
+    assert s1 is not None
+    assert [(m.node_id, m.port) for m in s1.members] == [("n1", 29100), ("n2", 29100)]
+    s2 = jobs["s2", "s2-k1"].cluster
+    assert s2 is not None
+    assert [m.port for m in s2.members] == [29101, 29101]  # n1's next: 29100 is s1's
+    assert jobs["lone", "lone-k0"].cluster is None
+    assert (await rows.one(Kernel, "lone-k0")).cluster_port is None
+    # n1's two ports are held: s3 waits, saying why, and takes nothing meanwhile
+    async with db() as session, session.begin():
+        full = await apply_plan(
+            session, Plan([_placement("s3", "n1", "n2")]), {}, Outbox(), cluster_ports=ports
+        )
+    assert full.rejected == {"s3": "no cluster port left on n1 (29100-29101)"}
+    assert await rows.cpus_taken("n2") == "2"  # s1's and lone's, not s3's
+    # once s1's kernels ended, its ports are free again
+    async with db() as session, session.begin():
+        for kernel_id in ("s1-k0", "s1-k1"):
+            kernel = await session.get(Kernel, kernel_id)
+            assert kernel is not None
+            kernel.ended_at = kernel.updated_at
+    outbox = Outbox()
+    async with db() as session, session.begin():
+        await apply_plan(
+            session, Plan([_placement("s4", "n1", "n2")]), {}, outbox, cluster_ports=ports
+        )
+    ((_, job), _) = outbox.starts
+    assert job.cluster is not None
+    assert [m.port for m in job.cluster.members] == [29100, 29100]
+
+
+async def test_start_jobs_carry_the_groups_egress(db: SessionFactory, rows: Rows) -> None:
+    await rows.node("n1")
+    await rows.session(S.PENDING, [(K.PENDING, None)])
+    outbox = Outbox()
+    egress = WireEgress(mode="no-private", allow=["10.9.0.0/16"])
+    async with db() as session, session.begin():
+        await apply_plan(session, Plan([on("n1")]), {}, outbox, egress=egress)
+    ((_, job),) = outbox.starts
+    assert job.egress == egress
