@@ -88,6 +88,7 @@ class UpStack:
 
     data_dir: Path
     database_url: str | None
+    egress: str = "open"
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -112,6 +113,7 @@ class UpStack:
         env["JOBGATE_CONFIG"] = str(self.data_dir.parent / "config.toml")  # not the user's
         if self.database_url:
             env["JOBGATE_DATABASE_URL"] = self.database_url
+        env["JOBGATE_DEFAULT_EGRESS"] = self.egress  # the local group's
         argv = [sys.executable, "-m", "jobgate", "up", "--runtime", "podman"]
         argv += ["--data-dir", str(self.data_dir), "--port", str(self.port)]
         argv += ["--proxy-port", str(free_port())]
@@ -154,9 +156,9 @@ class UpStack:
 
 
 @contextmanager
-def up_stack(database_url: str | None) -> Iterator[tuple[UpStack, str]]:
+def up_stack(database_url: str | None, egress: str = "open") -> Iterator[tuple[UpStack, str]]:
     with tempfile.TemporaryDirectory(prefix="jobgate-cold-start-") as tmp:
-        stack = UpStack(Path(tmp) / "data", database_url)
+        stack = UpStack(Path(tmp) / "data", database_url, egress)
         try:
             key = stack.start()
             yield stack, key
@@ -350,7 +352,10 @@ async def measure(
 
 def report(result: dict[str, Any], args: argparse.Namespace, database: str) -> None:
     say("")
-    say(f"cold start, n={args.n}, image {args.image}, command {' '.join(COMMAND)!r}, {database}")
+    say(
+        f"cold start, n={args.n}, image {args.image}, command {' '.join(COMMAND)!r}, "
+        f"{database}, egress {args.egress}"
+    )
     for name in ("jobgate_running", "jobgate_first_line", "bare_podman_first_line"):
         r = result[name]
         say(f"  {name:24s} median {r['median_ms']:7.1f} ms   p90 {r['p90_ms']:7.1f} ms")
@@ -378,18 +383,25 @@ def main() -> int:
     parser.add_argument("--database-url", help="PostgreSQL URL (default: SQLite in the data dir)")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
     parser.add_argument("--trace", action="store_true", help="hop-by-hop times (Redis MONITOR)")
+    parser.add_argument(
+        "--egress",
+        choices=["open", "no-private", "none"],
+        default="open",
+        help="the sessions' group egress (no-private and none load nftables rules per start)",
+    )
     args = parser.parse_args()
     if args.n < 1:
         parser.error("--n must be at least 1")
     database = "PostgreSQL" if args.database_url else "SQLite"
     say(f"starting jobgate up --runtime podman ({database}, private Redis)")
-    with up_stack(args.database_url) as (stack, key):
+    with up_stack(args.database_url, args.egress) as (stack, key):
         say(f"stack ready at {stack.url}")
         trace = RedisTrace(stack.redis_socket) if args.trace else None
         result = asyncio.run(measure(stack.url, key, args, trace))
     result["goal_met"] = result["overhead_paired"]["median_ms"] <= GOAL_MS
     report(result, args, database)
     result |= {"n": args.n, "image": args.image, "database": database, "goal_ms": GOAL_MS}
+    result["egress"] = args.egress
     print(json.dumps(result, separators=(",", ":")), flush=True)
     return 0
 
