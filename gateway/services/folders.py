@@ -52,6 +52,7 @@ from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound, QuotaE
 from gateway.domain.status import TERMINAL
 from gateway.scheduler.policy import DEFAULT_SUBJECT
 from gateway.services.folderfs import FolderFS
+from gateway.services.owners import resolve_owner
 
 __all__ = [
     "MOUNT_BASE",
@@ -109,10 +110,6 @@ async def automount_folders(
         if owner is not None and is_automount(name):
             found.setdefault(owner, []).append(AutomountFolder(folder_id, name))
     return found
-
-
-def _owner_key(kind: str, ident: str) -> str:
-    return f"{kind}:{ident}"
 
 
 class FolderService:
@@ -228,26 +225,8 @@ class FolderService:
         self, principal: Principal, name: str, project: str | None, usage: str
     ) -> FolderView:
         async with self.db() as db, db.begin():
-            if project is None:
-                key, user_id, project_id = (
-                    _owner_key("user", principal.user_id),
-                    principal.user_id,
-                    None,
-                )
-                owner = f"user {principal.name}"
-            else:
-                row = (
-                    await db.execute(select(Project).where(Project.name == project))
-                ).scalar_one_or_none()
-                if row is None:
-                    raise NotFound(f"no project {project!r}", field="project")
-                if (
-                    not principal.is_admin
-                    and await db.get(ProjectMember, (row.id, principal.user_id)) is None
-                ):
-                    raise Forbidden(f"{principal.name} is not a member of project {project!r}")
-                key, user_id, project_id = _owner_key("project", row.id), None, row.id
-                owner = f"project {project}"
+            owner = await resolve_owner(db, principal, project, admins_any=True)
+            key, user_id, project_id = owner.key, owner.user_id, owner.project_id
             taken = (
                 await db.execute(
                     select(Folder.id, Folder.trashed_at).where(
@@ -258,7 +237,9 @@ class FolderService:
             if taken is not None:
                 where = " (in the trash: restore or purge it)" if taken.trashed_at else ""
                 raise Conflict(
-                    f"{owner} already has a folder {name!r}{where}", field="name", folder=taken.id
+                    f"{owner.label} already has a folder {name!r}{where}",
+                    field="name",
+                    folder=taken.id,
                 )
             folder = Folder(
                 name=name,
@@ -273,9 +254,11 @@ class FolderService:
             try:
                 await db.flush()
             except IntegrityError:
-                raise Conflict(f"{owner} already has a folder {name!r}", field="name") from None
+                raise Conflict(
+                    f"{owner.label} already has a folder {name!r}", field="name"
+                ) from None
             await asyncio.to_thread(self.fs.create, folder.id)
-        return FolderView(folder, owner, "wd", {}, size=0, sessions=[])
+        return FolderView(folder, owner.label, "wd", {}, size=0, sessions=[])
 
     async def listing(self, principal: Principal, *, trashed: bool = False) -> list[FolderView]:
         async with self.db() as db:

@@ -32,7 +32,7 @@ from gateway.db.models import (
     new_id,
     utcnow,
 )
-from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
+from gateway.domain.errors import Conflict, Invalid, NotFound
 from gateway.domain.masking import MIN_MASKED, Masker
 from gateway.domain.sealing import (
     MasterKey,
@@ -42,6 +42,7 @@ from gateway.domain.sealing import (
     rewrap,
     seal,
 )
+from gateway.services.owners import Owner, owner_key, resolve_owner
 
 __all__ = [
     "MAX_VALUE_BYTES",
@@ -83,10 +84,6 @@ class SecretRef:
     path: str | None = None
 
 
-def _owner_key(kind: str, ident: str) -> str:
-    return f"{kind}:{ident}"
-
-
 def _sealed(row: Secret) -> Sealed:
     return Sealed(row.ciphertext, row.wrapped_key, row.key_id)
 
@@ -103,21 +100,10 @@ class SecretService:
         return self.key
 
     # -- owners -----------------------------------------------------------------------
-    async def _owner(
-        self, db: AsyncSession, principal: Principal, project: str | None
-    ) -> tuple[str, str | None, str | None, str]:
-        """(owner_key, user id, project id, "user NAME" | "project NAME")."""
-        if project is None:
-            key = _owner_key("user", principal.user_id)
-            return key, principal.user_id, None, f"user {principal.name}"
-        row = (
-            await db.execute(select(Project).where(Project.name == project))
-        ).scalar_one_or_none()
-        if row is None:
-            raise NotFound(f"no project {project!r}", field="project")
-        if await db.get(ProjectMember, (row.id, principal.user_id)) is None:
-            raise Forbidden(f"{principal.name} is not a member of project {project!r}")
-        return _owner_key("project", row.id), None, row.id, f"project {project}"
+    @staticmethod
+    async def _owner(db: AsyncSession, principal: Principal, project: str | None) -> Owner:
+        """The secret's owner; admins are members of a project like everyone else here."""
+        return await resolve_owner(db, principal, project, admins_any=False)
 
     async def _visible_keys(self, db: AsyncSession, principal: Principal) -> list[str]:
         """Owner keys a principal sees secrets of: their own first, then their projects'."""
@@ -126,8 +112,8 @@ class SecretService:
                 select(ProjectMember.project_id).where(ProjectMember.user_id == principal.user_id)
             )
         ).scalars()
-        return [_owner_key("user", principal.user_id)] + [
-            _owner_key("project", p) for p in sorted(projects)
+        return [owner_key("user", principal.user_id)] + [
+            owner_key("project", p) for p in sorted(projects)
         ]
 
     async def _find(
@@ -135,10 +121,9 @@ class SecretService:
     ) -> Secret:
         """The principal's secret *name* (of *project* if given); another's is a 404."""
         if project is not None:
-            key, _, _, _ = await self._owner(db, principal, project)
-            keys = [key]
+            keys = [(await self._owner(db, principal, project)).key]
         else:
-            keys = [_owner_key("user", principal.user_id)]
+            keys = [owner_key("user", principal.user_id)]
         row = (
             await db.execute(select(Secret).where(Secret.owner_key.in_(keys), Secret.name == name))
         ).scalar_one_or_none()
@@ -174,21 +159,21 @@ class SecretService:
         key = self._need_key()
         _check_value(value)
         async with self.db() as db, db.begin():
-            owner_key, user_id, project_id, owner = await self._owner(db, principal, project)
+            owner = await self._owner(db, principal, project)
             taken = await db.scalar(
-                select(Secret.id).where(Secret.owner_key == owner_key, Secret.name == name)
+                select(Secret.id).where(Secret.owner_key == owner.key, Secret.name == name)
             )
             if taken is not None:
-                raise Conflict(f"{owner} already has a secret {name!r}", field="name")
+                raise Conflict(f"{owner.label} already has a secret {name!r}", field="name")
             now = utcnow()
             secret_id = new_id()
             sealed = seal(key, associated_data(secret_id, name), value)
             row = Secret(
                 id=secret_id,
                 name=name,
-                owner_key=owner_key,
-                owner_user_id=user_id,
-                owner_project_id=project_id,
+                owner_key=owner.key,
+                owner_user_id=owner.user_id,
+                owner_project_id=owner.project_id,
                 ciphertext=sealed.ciphertext,
                 wrapped_key=sealed.wrapped_key,
                 key_id=sealed.key_id,
@@ -200,9 +185,11 @@ class SecretService:
             try:
                 await db.flush()
             except IntegrityError:
-                raise Conflict(f"{owner} already has a secret {name!r}", field="name") from None
-        log.info("secret %s of %s created by %s", name, owner, principal.name)
-        return SecretView(name, owner, project, now, now)
+                raise Conflict(
+                    f"{owner.label} already has a secret {name!r}", field="name"
+                ) from None
+        log.info("secret %s of %s created by %s", name, owner.label, principal.name)
+        return SecretView(name, owner.label, project, now, now)
 
     async def listing(self, principal: Principal) -> list[SecretView]:
         async with self.db() as db:
@@ -263,8 +250,8 @@ class SecretService:
         ).all()
         order = {k: i for i, k in enumerate(keys)}
         best: dict[str, tuple[int, str]] = {}
-        for secret_id, name, owner_key in rows:
-            rank = order[owner_key]
+        for secret_id, name, holder in rows:
+            rank = order[holder]
             if name not in best or rank < best[name][0]:
                 best[name] = (rank, secret_id)
         missing = [n for n in names if n not in best]

@@ -473,3 +473,140 @@ def test_each_group_egress_holds_on_podman_nodes(stack: UpStack, netns_nodes: li
         server.wait(10)
         if server.stdout is not None:
             server.stdout.close()
+
+
+#: every container of the probing session: each host:port named, answered or why not
+PROBE_ALL = """
+import json, os, socket, sys
+out = {}
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=3) as c:
+            out[target] = c.recv(64).decode() or "answered"
+    except OSError as e:
+        out[target] = e.strerror or type(e).__name__
+print("probe", os.environ.get("JOBGATE_CLUSTER_HOST", "alone"), json.dumps(out, sort_keys=True))
+"""
+
+
+def test_another_tenant_reaches_nothing_of_the_node_from_any_session_mode(
+    stack: UpStack, netns_nodes: list[str]
+) -> None:
+    """User B's batch, single-node and multi-node sessions probe what user A and the
+    platform have on and around the nodes: a port published on node a's loopback (where
+    A's replicas and apps are published), listeners on node a's and node b's LAN
+    addresses (where a cluster's gateway, Redis or PostgreSQL would listen), under the
+    group's default egress, no-private; then the one address egress_allow names."""
+    prefix = netns_nodes[0].split("-")[0]
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    published, lan_a, lan_b = "127.0.0.1:18090", "10.231.0.1:18091", "10.231.0.2:18092"
+    listeners = [
+        subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", SERVE_AT, *targets],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for ns, targets in ((a, [published, lan_a]), (b, [lan_b]))
+    ]
+    # from a container, the node's loopback is 10.0.2.2 (slirp4netns), where it is let in
+    targets = [f"10.0.2.2:{published.split(':')[1]}", published, lan_a, lan_b]
+    try:
+        for listener in listeners:
+            assert listener.stdout is not None
+            assert listener.stdout.readline().strip() == "ready"
+        with _api(stack) as admin:
+            assert admin.post("/v1/users", json={"name": "tenant-b"}).status_code == 201
+            key = admin.post("/v1/users/tenant-b/keys", json={"name": "t"}).json()["key"]
+            both = {"cluster_modes": ["single-node", "multi-node"]}
+            admin.patch(
+                "/v1/resource-groups/pair",
+                json={"scheduler": {"egress": "no-private", **both}},
+            ).raise_for_status()
+            modes: list[dict[str, object]] = [
+                {},
+                {"cluster_size": 2, "cluster_mode": "single-node"},
+                {"cluster_size": 2, "cluster_mode": "multi-node"},
+            ]
+            for mode in modes:
+                seen = _probe_as(stack, key, targets, mode)
+                assert len(seen) == int(str(mode.get("cluster_size", 1))), (mode, seen)
+                for host, results in seen.items():
+                    answered = {t for t, said in results.items() if said in ("a", "b", "answered")}
+                    assert answered == set(), (mode, host, results)
+            admin.patch(
+                "/v1/resource-groups/pair",
+                json={"scheduler": {"egress": "no-private", "egress_allow": ["10.231.0.2/32"]}},
+            ).raise_for_status()
+            (results,) = _probe_as(stack, key, targets, {}).values()
+            assert {t for t, said in results.items() if said == "b"} == {lan_b}, results
+    finally:
+        with _api(stack) as admin:
+            admin.patch(
+                "/v1/resource-groups/pair",
+                json={"scheduler": {"egress": "open", "cluster_modes": ["multi-node"]}},
+            ).raise_for_status()
+        for listener in listeners:
+            listener.kill()
+            listener.wait(10)
+            if listener.stdout is not None:
+                listener.stdout.close()
+
+
+#: listeners at host:port, each answering with the letter of its node
+SERVE_AT = """
+import socket, sys, threading
+def serve(host, port, word):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port)); s.listen(16)
+    while True:
+        c, _ = s.accept(); c.sendall(word); c.close()
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    word = b"b" if host == "10.231.0.2" else b"a"
+    threading.Thread(target=serve, args=(host, int(port), word), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait(600)  # ends by itself
+"""
+
+
+def _probe_as(
+    stack: UpStack, key: str, targets: list[str], mode: dict[str, object]
+) -> dict[str, dict[str, str]]:
+    """Run PROBE_ALL as the user of *key* in group "pair"; each container's results."""
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{stack.port}",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as api:
+        created = api.post(
+            "/v1/sessions",
+            json={
+                "command": ["python3", "-c", PROBE_ALL, *targets],
+                "image": MPI,
+                "resource_group": "pair",
+                "resources": {"cpu": "0.5", "mem": "128m"},
+                "stop_when": "all-done",
+                **mode,
+            },
+        )
+        assert created.status_code == 201, created.text
+        session = created.json()["id"]
+        until_sync(
+            lambda: (
+                api.get(f"/v1/sessions/{session}").json()["status"]
+                in {"SUCCESS", "ERROR", "TERMINATED", "CANCELLED"}
+            ),
+            timeout=90,
+            interval=0.3,
+            what=f"probe session {session} ended",
+        )
+        shown = api.get(f"/v1/sessions/{session}").json()
+        text = api.get(f"/v1/sessions/{session}/logs").text
+    assert shown["status"] == "SUCCESS", (shown["status"], shown.get("status_reason"), text)
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if line.startswith("probe "):
+            _, host, results = line.split(" ", 2)
+            out[host] = json.loads(results)
+    return out
