@@ -468,7 +468,7 @@ def test_each_group_egress_holds_on_podman_nodes(stack: UpStack, netns_nodes: li
             assert probe() == {private: gone, ELSEWHERE: gone}
     finally:
         with _api(stack) as api:
-            egress(api, egress="open", cluster_modes=["multi-node"])
+            egress(api, egress="open", egress_allow=[], cluster_modes=["multi-node"])
         server.kill()
         server.wait(10)
         if server.stdout is not None:
@@ -521,7 +521,7 @@ def test_another_tenant_reaches_nothing_of_the_node_from_any_session_mode(
             both = {"cluster_modes": ["single-node", "multi-node"]}
             admin.patch(
                 "/v1/resource-groups/pair",
-                json={"scheduler": {"egress": "no-private", **both}},
+                json={"scheduler": {"egress": "no-private", "egress_allow": [], **both}},
             ).raise_for_status()
             modes: list[dict[str, object]] = [
                 {},
@@ -544,7 +544,13 @@ def test_another_tenant_reaches_nothing_of_the_node_from_any_session_mode(
         with _api(stack) as admin:
             admin.patch(
                 "/v1/resource-groups/pair",
-                json={"scheduler": {"egress": "open", "cluster_modes": ["multi-node"]}},
+                json={
+                    "scheduler": {
+                        "egress": "open",
+                        "egress_allow": [],
+                        "cluster_modes": ["multi-node"],
+                    }
+                },
             ).raise_for_status()
         for listener in listeners:
             listener.kill()
@@ -592,18 +598,19 @@ def _probe_as(
         )
         assert created.status_code == 201, created.text
         session = created.json()["id"]
-        until_sync(
-            lambda: (
-                api.get(f"/v1/sessions/{session}").json()["status"]
-                in {"SUCCESS", "ERROR", "TERMINATED", "CANCELLED"}
-            ),
-            timeout=90,
-            interval=0.3,
-            what=f"probe session {session} ended",
-        )
+        ended = {"SUCCEEDED", "FAILED", "ERROR", "TERMINATED", "CANCELLED"}
+        try:
+            until_sync(
+                lambda: api.get(f"/v1/sessions/{session}").json()["status"] in ended,
+                timeout=90,
+                interval=0.3,
+                what=f"probe session {session} ({mode}) ended",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {api.get(f'/v1/sessions/{session}').text}") from None
         shown = api.get(f"/v1/sessions/{session}").json()
         text = api.get(f"/v1/sessions/{session}/logs").text
-    assert shown["status"] == "SUCCESS", (shown["status"], shown.get("status_reason"), text)
+    assert shown["status"] == "SUCCEEDED", (shown["status"], shown.get("status_reason"), text)
     out: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
         if line.startswith("probe "):
