@@ -122,3 +122,38 @@ async def test_fair_share_options_are_checked(stack: Stack) -> None:
             assert r.status_code == 422, (options, r.text)
             assert r.json()["field"] == "scheduler"
             assert next(iter(options)) in r.json()["detail"]
+
+
+async def test_fair_share_preemption_stops_the_over_served_project_for_the_under_served(
+    stack: Stack,
+) -> None:
+    """preemption: fair-share ranks by the multifactor priority, not by the sessions'
+    priorities: bob's session of the same priority stops alice's, whose project ran all
+    of yesterday, and alice's waits again in its place as its next attempt."""
+    fair = {
+        "sequencer": {"name": "fair-share", "options": {"refresh_s": 1}},
+        "preemption": "fair-share",
+        "preemption_grace_s": 1,
+    }
+    await _admin(stack, "PUT", "/v1/resource-groups/default", {"scheduler": fair})
+    alice, ml_a = await _member(stack, "alice", "ml-a")
+    bob, _ = await _member(stack, "bob", "ml-b")
+    async with stack.client(alice) as api:
+        alice_id = (await api.get("/v1/users/me")).json()["id"]
+    await _past_usage(stack, ml_a, alice_id, cpu_hours=10)
+    await stack.start_worker(worker_runtime="sim", worker_cpu="1")
+    victim = await stack.submit(alice, command=["x"], env=LONG, resources=CPU1, project="ml-a")
+    await stack.wait_status(victim["id"], {"RUNNING"})
+    urgent = await stack.submit(bob, command=["x"], env=LONG, resources=CPU1, project="ml-b")
+    await stack.wait_status(urgent["id"], {"RUNNING"}, timeout=60)
+    again = await stack.wait_pending(victim["id"], "no node fits")
+    assert again["preemptions"] == 1
+    assert again["preempted_by"] == urgent["id"]
+    said = [h["reason"] for h in again["history"] if h["to_status"] == "PREEMPTED"]
+    assert len(said) == 1
+    assert said[0].startswith(f"preempted by {urgent['id'][:8]}"), said
+    assert "(fair-share priority " in said[0], said  # ranked by fair share, not priority
+    assert [h["to_status"] for h in again["history"]][-2:] == ["PREEMPTED", "PENDING"]
+    for session in (urgent, again):
+        async with stack.client() as api:
+            await api.delete(f"/v1/sessions/{session['id']}")
