@@ -9,7 +9,8 @@
 # What it does (each step only when needed, so a re-run is cheap):
 #   1. installs podman, runc, uidmap, slirp4netns, fuse-overlayfs, catatonit, and netavark +
 #      aardvark-dns + iptables (cluster sessions' private networks with DNS; netavark needs
-#      iptables and Debian only recommends it) (Debian);
+#      iptables and Debian only recommends it), and nftables (the egress rules the worker
+#      loads into each container's network namespace, docs/security.md) (Debian);
 #   2. creates the unprivileged user with /etc/subuid and /etc/subgid ranges;
 #   3. writes its containers.conf (runc, cgroupfs, file events, catatonit, netavark) and
 #      storage.conf (overlay) before its first podman command;
@@ -27,7 +28,7 @@ set -euo pipefail
 USER_NAME=${JOBGATE_PODMAN_USER:-jobgate}
 CGROUP_PARENT=${JOBGATE_PODMAN_CGROUP_PARENT:-jobgate}
 SUBID_COUNT=${JOBGATE_PODMAN_SUBID_COUNT:-65536}
-PACKAGES=(podman runc uidmap slirp4netns fuse-overlayfs catatonit netavark aardvark-dns iptables)
+PACKAGES=(podman runc uidmap slirp4netns fuse-overlayfs catatonit netavark aardvark-dns iptables nftables)
 CGROUP_CONTROLLERS=(memory cpu pids cpuset)
 
 say() { echo "setup-podman: $*" >&2; }
