@@ -26,17 +26,37 @@
                                    {"error": "..."}
     stop(pid)                      SIGTERM (SIGKILL after a grace), waited on by pidfd
 
-    on the wire (UDP):  version (1 byte, 1) ‖ MAC (16 bytes) ‖ the IPv4 packet
-                        MAC = HMAC-SHA256(key, "jobgate-overlay/1\\0" session_id "\\0" packet)
-                        truncated to 16 bytes, checked in constant time
+    on the wire (UDP):  header = version (1 byte, 2) ‖ sender index (2) ‖ boot (4)
+                                 ‖ counter (6, big-endian)
+                        header ‖ ChaCha20-Poly1305(K, nonce = header[1:13],
+                                 associated data = header ‖ session_id) of the IPv4 packet
+                        (ciphertext ‖ 16-byte tag): 29 bytes more than the packet
+                        K = HKDF-SHA256(key, info = "jobgate-overlay/2 chacha20-poly1305\\0"
+                                        session_id), never the session key itself
+
+Encrypted and authenticated, with replay protection. The sender index is the member
+whose TUN the packet came from; the boot is random per forwarder start; the counter
+counts every datagram the forwarder sends, from 0, and it sends none past 2**48 - 1 (so
+no nonce repeats, short of two starts drawing the same boot: 1 in 2**32 per pair). A
+receiver keeps, per remote sender index, a 64-counter sliding window (highest counter and
+a bitmap, as IPsec and WireGuard do) for each of that sender's last 4 boots it has seen:
+a counter seen before or more than 64 below the highest is dropped as a replay. A boot it
+has not seen (the sender restarted) starts a new window once a datagram of it
+authenticates. Hence the one gap: datagrams of a boot this forwarder never saw (sent
+before it started) or has forgotten (4 newer boots of that sender since) are accepted,
+each once, if an attacker captured and replays them; the windows of the boots it knows
+stop any replay of theirs. Measured cost: about 7 µs to seal and open a 1380-byte packet
+on one core of a shared 2-core machine (the HMAC-only framing before it: about 4 µs),
+small beside the Python loop and the syscalls around it.
 
 A packet read from a local TUN must carry its member's own overlay source address (else
 dropped: no spoofing another member); it goes to the member its destination names, on
 this node straight to that TUN, elsewhere sealed to that member's node. A datagram is
-delivered only if its MAC holds, its source is a remote member and its destination a
-local one. Nothing is translated: a peer sees the real overlay source address (Open MPI's
-TCP BTL drops connections from addresses it does not know). IPv6 and anything not
-addressed to a member are dropped.
+delivered only if its sender index is a remote member's, it authenticates and is not a
+replay, its source is that member's address and its destination a local member.
+Nothing is translated: a peer sees the real overlay source address (Open MPI's TCP BTL
+drops connections from addresses it does not know). IPv6 and anything not addressed to a
+member are dropped.
 
 The forwarder is one single-threaded ``selectors`` loop; each readiness reads at most
 ``_BURST`` packets, every wait is at most a second. It ends on SIGTERM/SIGINT, when no
@@ -44,7 +64,8 @@ TUN was attached ``idle_exit_s`` after the start, or when the last attached TUN 
 gone that long (a TUN is gone when its container's process exits - the pidfd - or its
 device reads as gone). A TUN fd keeps its network namespace alive, so the forwarder lets
 go of a container's TUN as soon as that process exits. It logs its start (listen address,
-members) and its counts at the end to stderr, never the key.
+members) and its counts at the end (drops by reason: bad_tag, replay, dropped) to stderr,
+never the key.
 
 CLI (the key never goes on a command line)::
 
@@ -63,8 +84,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import hashlib
-import hmac
 import ipaddress
 import json
 import logging
@@ -85,9 +104,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
 __all__ = [
+    "HEADER_LEN",
     "MAC_LEN",
     "OVERHEAD",
+    "REPLAY_WINDOW",
     "Counts",
     "Framer",
     "Member",
@@ -103,10 +129,17 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-VERSION: Final = 1
-MAC_LEN: Final = 16
-OVERHEAD: Final = 1 + MAC_LEN  # bytes in front of each packet on the wire
-_DOMAIN: Final = b"jobgate-overlay/1\x00"
+VERSION: Final = 2
+MAC_LEN: Final = 16  # the Poly1305 tag, after the ciphertext
+_BOOT_LEN: Final = 4
+_HEADER: Final = struct.Struct("!BH4sHI")  # version, sender index, boot, 48-bit counter
+HEADER_LEN: Final = _HEADER.size  # 13
+OVERHEAD: Final = HEADER_LEN + MAC_LEN  # bytes a packet grows by on the wire: 29
+REPLAY_WINDOW: Final = 64  # counters remembered below a sender boot's highest
+_WINDOW_MASK: Final = (1 << REPLAY_WINDOW) - 1
+_BOOTS_KEPT: Final = 4  # sender boots whose windows are kept, per sender index
+_COUNTER_MAX: Final = (1 << 48) - 1
+_DOMAIN: Final = b"jobgate-overlay/2 chacha20-poly1305\x00"
 _BURST: Final = 64  # packets read from one fd per readiness, before the others' turn
 _MAX_CLIENTS: Final = 16  # control connections waiting for their message
 _CLIENT_WAIT_S: Final = 5.0  # a control connection's time to send it
@@ -211,30 +244,106 @@ class OverlayConfig:
 
 
 # -- the wire -------------------------------------------------------------------------------
+class _Window:
+    """The counters seen from one sender boot: the highest and a bitmap of the
+    ``REPLAY_WINDOW`` below it (bit i: highest - i seen), as IPsec and WireGuard keep."""
+
+    __slots__ = ("bits", "top")
+
+    def __init__(self) -> None:
+        self.top = -1
+        self.bits = 0
+
+    def fresh(self, counter: int) -> bool:
+        """Whether *counter* is neither seen nor older than the window (changes nothing)."""
+        if counter > self.top:
+            return True
+        behind = self.top - counter
+        return behind < REPLAY_WINDOW and not (self.bits >> behind) & 1
+
+    def mark(self, counter: int) -> None:
+        if counter > self.top:
+            shift = counter - self.top
+            self.bits = ((self.bits << shift) | 1) & _WINDOW_MASK if shift < REPLAY_WINDOW else 1
+            self.top = counter
+        else:
+            self.bits |= 1 << (self.top - counter)
+
+
 class Framer:
-    """Seals packets for the wire and opens what comes from it (one per session key)."""
+    """Seals packets for the wire and opens what comes from it (one per forwarder: it holds
+    the send counter of this forwarder's boot and the replay windows of its senders).
 
-    def __init__(self, key: bytes, session_id: str) -> None:
-        self._base = hmac.new(key, _DOMAIN + session_id.encode() + b"\x00", hashlib.sha256)
+    The AEAD key is HKDF-SHA256 of the session key with a fixed label and the session id,
+    never the session key itself. Each frame's nonce is sender index ‖ boot ‖ counter: the
+    boot is random per Framer, the counter counts every frame it seals (whatever the index)
+    and never wraps, so no nonce is used twice unless two boots of one sender draw the same
+    4 random bytes (1 in 2**32 per pair of boots of a session's forwarder)."""
 
-    def mac(self, packet: bytes) -> bytes:
-        h = self._base.copy()
-        h.update(packet)
-        return h.digest()[:MAC_LEN]
+    def __init__(
+        self, key: bytes, session_id: str, index: int = 0, *, boot: bytes | None = None
+    ) -> None:
+        if not 0 <= index < 1 << 16:
+            raise ValueError(f"index {index} is not within 0..65535")
+        self._session = session_id.encode()
+        aead_key = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=_DOMAIN + self._session
+        ).derive(key)
+        self._aead = ChaCha20Poly1305(aead_key)
+        self.index = index
+        self.boot = os.urandom(_BOOT_LEN) if boot is None else boot
+        if len(self.boot) != _BOOT_LEN:
+            raise ValueError(f"boot must be {_BOOT_LEN} bytes")
+        self._next = 0  # the counter of the next frame sealed
+        # sender index -> its boots' windows, the most recently used last
+        self._windows: dict[int, dict[bytes, _Window]] = {}
 
-    def header(self, packet: bytes) -> bytes:
-        """What goes in front of *packet*: version and MAC."""
-        return bytes((VERSION,)) + self.mac(packet)
+    def seal(self, packet: bytes, *, index: int | None = None) -> bytes:
+        """*packet* encrypted in a frame from member *index* (the Framer's own by default).
+        Raises OverflowError once 2**48 frames were sealed: a new Framer (boot) must go on."""
+        counter = self._next
+        if counter > _COUNTER_MAX:
+            raise OverflowError("the overlay's frame counter is spent")
+        self._next = counter + 1
+        header = _HEADER.pack(
+            VERSION, self.index if index is None else index, self.boot,
+            counter >> 32, counter & 0xFFFFFFFF,
+        )  # fmt: skip
+        return header + self._aead.encrypt(header[1:], packet, header + self._session)
 
-    def seal(self, packet: bytes) -> bytes:
-        return self.header(packet) + packet
+    def unseal(self, frame: bytes) -> tuple[int, bytes] | str:
+        """(sender index, packet) of *frame*, or why it is dropped: "bad_tag" (a wrong
+        version, length, key, session or any changed bit) or "replay" (its counter was
+        seen from that sender's boot, or is older than its window)."""
+        if len(frame) <= OVERHEAD or frame[0] != VERSION:
+            return "bad_tag"
+        header = frame[:HEADER_LEN]
+        _, index, boot, high, low = _HEADER.unpack(header)
+        counter = high << 32 | low
+        boots = self._windows.get(index)
+        window = boots.get(boot) if boots is not None else None
+        if window is not None and not window.fresh(counter):
+            return "replay"  # known without the cost of opening it
+        try:
+            packet = self._aead.decrypt(header[1:], frame[HEADER_LEN:], header + self._session)
+        except InvalidTag:
+            return "bad_tag"
+        # only now, authenticated, may it change what the window remembers
+        if boots is None:
+            boots = self._windows[index] = {}
+        if window is None:
+            window = boots[boot] = _Window()
+            while len(boots) > _BOOTS_KEPT:  # forget the least recently used boot
+                del boots[next(iter(boots))]
+        elif next(reversed(boots)) != boot:
+            boots[boot] = boots.pop(boot)
+        window.mark(counter)
+        return index, packet
 
     def open(self, frame: bytes) -> bytes | None:
-        """The packet in *frame*, or None if its version or MAC is wrong."""
-        if len(frame) <= OVERHEAD or frame[0] != VERSION:
-            return None
-        packet = frame[OVERHEAD:]
-        return packet if hmac.compare_digest(frame[1:OVERHEAD], self.mac(packet)) else None
+        """The packet in *frame*, or None if it is refused (see unseal)."""
+        opened = self.unseal(frame)
+        return None if isinstance(opened, str) else opened[1]
 
 
 def _ipv4_ends(packet: bytes) -> tuple[bytes, bytes] | None:
@@ -251,8 +360,11 @@ class Counts:
     tun_out: int = 0  # packets written to local TUNs
     udp_in: int = 0  # datagrams received
     udp_out: int = 0  # datagrams sent
-    bad_mac: int = 0  # datagrams with a wrong version or MAC
-    dropped: int = 0  # not IPv4, not to a member, spoofed source, member not attached
+    bad_tag: int = 0  # datagrams with a wrong version, length or tag (key, session, a bit)
+    replay: int = 0  # datagrams seen before, or older than their sender's window (not
+    # opened: a forged one with such a counter counts here too)
+    dropped: int = 0  # not IPv4, not to a member, spoofed source or sender index, member
+    # not attached
     errors: int = 0  # failed sends and writes
 
     def line(self) -> str:
@@ -381,7 +493,7 @@ class _Forwarder:
         here = sockets.address[:2]
         self.local_members: dict[int, bytes] = {}  # index -> overlay address
         self.remote: dict[bytes, tuple[Any, ...]] = {}  # overlay address -> node sockaddr
-        self.remote_sources: set[bytes] = set()
+        self.remote_index: dict[int, bytes] = {}  # remote member index -> overlay address
         for m in config.members:
             packed = ipaddress.IPv4Address(m.address).packed
             _, where = _resolve(m.node_host, m.node_port, self.udp.family)
@@ -389,13 +501,13 @@ class _Forwarder:
                 self.local_members[m.index] = packed
             else:
                 self.remote[packed] = where
-                self.remote_sources.add(packed)
+                self.remote_index[m.index] = packed
         self.attached: dict[bytes, _Tun] = {}  # overlay address -> its TUN
         self.clients: dict[int, _Client] = {}
         self.selector = selectors.DefaultSelector()
         self.stopping: str | None = None
         self.idle_since: float | None = time.monotonic()
-        self._bad_logged = 0.0
+        self._bad_logged: dict[str, float] = {}
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> Counts:
@@ -491,9 +603,9 @@ class _Forwarder:
                 self._to_tun(peer, packet)
             elif (where := self.remote.get(dst)) is not None:
                 try:
-                    self.udp.sendmsg([self.framer.header(packet), packet], [], 0, where)
+                    self.udp.sendto(self.framer.seal(packet, index=tun.index), where)
                     self.counts.udp_out += 1
-                except OSError:
+                except (OSError, OverflowError):  # OverflowError: 2**48 sent, never again
                     self.counts.errors += 1
             else:
                 self.counts.dropped += 1
@@ -508,12 +620,16 @@ class _Forwarder:
                 self.counts.errors += 1
                 return
             self.counts.udp_in += 1
-            packet = self.framer.open(frame)
-            if packet is None:
-                self._bad()
+            if int.from_bytes(frame[1:3]) not in self.remote_index:
+                self.counts.dropped += 1  # no remote member's: no window kept for it
                 continue
+            opened = self.framer.unseal(frame)
+            if isinstance(opened, str):
+                self._bad(opened)
+                continue
+            index, packet = opened
             ends = _ipv4_ends(packet)
-            if ends is None or ends[0] not in self.remote_sources:
+            if ends is None or ends[0] != self.remote_index[index]:
                 self.counts.dropped += 1
                 continue
             if (tun := self.attached.get(ends[1])) is not None:
@@ -530,13 +646,16 @@ class _Forwarder:
             if exc.errno == errno.EBADFD:  # the device is gone
                 self._detach(tun, "its device is gone")
 
-    def _bad(self) -> None:
-        self.counts.bad_mac += 1
+    def _bad(self, reason: str) -> None:
+        """Count a datagram unseal() refused, *reason* its Counts field."""
+        count = getattr(self.counts, reason) + 1
+        setattr(self.counts, reason, count)
         now = time.monotonic()
-        if now - self._bad_logged >= 60.0:  # at most one line a minute
-            self._bad_logged = now
-            log.warning("overlay %s: datagrams with a wrong MAC dropped (%d so far)",
-                        self.config.session_id, self.counts.bad_mac)  # fmt: skip
+        if now - self._bad_logged.get(reason, -60.0) >= 60.0:  # a line a minute per reason
+            self._bad_logged[reason] = now
+            what = "with a wrong tag" if reason == "bad_tag" else "replayed or too old"
+            log.warning("overlay %s: datagrams %s dropped (%d so far)",
+                        self.config.session_id, what, count)  # fmt: skip
 
     # -- control ----------------------------------------------------------------------------
     def _accept(self, sock: Any) -> None:

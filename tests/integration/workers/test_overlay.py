@@ -272,12 +272,25 @@ def _udp_packet(src: str, dst: str, port: int, payload: bytes) -> bytes:
     return header + struct.pack("!HHHH", 40000, port, 8 + len(payload), 0) + payload
 
 
-def test_a_datagram_with_a_wrong_mac_is_dropped_and_counted(net: Net) -> None:
-    right = Framer(bytes.fromhex(net.key), net.configs["b"].session_id)
-    wrong = Framer(os.urandom(32), net.configs["b"].session_id)
+def test_a_forged_tampered_replayed_or_spoofed_datagram_is_dropped_and_counted(
+    net: Net,
+) -> None:
+    session = net.configs["b"].session_id
+    right = Framer(bytes.fromhex(net.key), session, 0)  # as node a's forwarder for c1
+    wrong = Framer(os.urandom(32), session, 0)
+    first = right.seal(_udp_packet(C1, C2, UDP_PORT, b"first"))
+    tampered = bytearray(right.seal(_udp_packet(C1, C2, UDP_PORT, b"tampered")))
+    tampered[-1] ^= 0x01  # the tag's last bit
     frames = [
-        wrong.seal(_udp_packet(C1, C2, UDP_PORT, b"bad")),
+        wrong.seal(_udp_packet(C1, C2, UDP_PORT, b"bad")),  # another key
+        bytes(tampered),
         right.seal(_udp_packet(C2, C2, UDP_PORT, b"spoofed")),  # a local member as source
+        right.seal(_udp_packet(C3, C2, UDP_PORT, b"c3 as 0")),  # member 2's source, index 0
+        Framer(bytes.fromhex(net.key), session, 1).seal(  # c2's own index, from outside
+            _udp_packet(C2, C2, UDP_PORT, b"index 1")
+        ),
+        first,
+        first,  # replayed
         right.seal(_udp_packet(C1, C2, UDP_PORT, b"good")),  # proves the way is open
     ]
     listener = _listener(net.ns["c2"], SERVE_UDP)
@@ -290,10 +303,12 @@ def test_a_datagram_with_a_wrong_mac_is_dropped_and_counted(net: Net) -> None:
         )  # fmt: skip
     finally:
         out = _end(listener)
-    assert out.split() == ["good"]
+    assert out.splitlines() == ["first", "good"]
     stop(net.forwarders.pop("b"))
     log = net.log("b")
-    assert "bad_mac=1 " in log, log
+    counts = dict(kv.split("=") for kv in log.rsplit(": ", 1)[1].split())
+    assert (counts["bad_tag"], counts["replay"]) == ("2", "1"), log
+    assert int(counts["dropped"]) >= 3, log  # the spoofed source and sender indexes
     assert net.key not in log
     assert net.key not in net.log("a")
 

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from workers.overlay import MAC_LEN, OVERHEAD, Framer, Member, OverlayConfig
+from workers.overlay import (
+    HEADER_LEN,
+    MAC_LEN,
+    OVERHEAD,
+    REPLAY_WINDOW,
+    Framer,
+    Member,
+    OverlayConfig,
+)
 
 KEY = bytes(range(32))
 # an IPv4 header (10.254.0.1 -> 10.254.0.2) and 8 bytes
@@ -27,28 +37,126 @@ def config(**changes: object) -> OverlayConfig:
     return OverlayConfig.from_dict(data)
 
 
-def test_a_sealed_packet_opens_to_itself_with_a_16_byte_mac_in_front() -> None:
-    framer = Framer(KEY, "s-1")
-    frame = framer.seal(PACKET)
-    assert len(frame) == len(PACKET) + OVERHEAD == len(PACKET) + 1 + MAC_LEN
-    assert frame[0] == 1
-    assert frame[OVERHEAD:] == PACKET
-    assert framer.open(frame) == PACKET
-    assert framer.header(PACKET) + PACKET == frame
+def test_a_sealed_packet_opens_to_itself_encrypted_behind_its_header() -> None:
+    sender = Framer(KEY, "s-1", 0, boot=b"BOOT")
+    receiver = Framer(KEY, "s-1", 1)
+    frame = sender.seal(PACKET)
+    assert len(frame) == len(PACKET) + OVERHEAD == len(PACKET) + HEADER_LEN + MAC_LEN
+    assert HEADER_LEN == 13
+    # version 2, sender index 0, boot, counter 0: the nonce is what follows the version
+    assert frame[:HEADER_LEN] == bytes((2,)) + b"\x00\x00" + b"BOOT" + bytes(6)
+    assert PACKET[:8] not in frame  # encrypted
+    assert receiver.unseal(frame) == (0, PACKET)
+    second = sender.seal(PACKET, index=2)  # another local member: the same counter goes on
+    assert second[1:3] == b"\x00\x02"
+    assert second[7:13] == (1).to_bytes(6, "big")
+    assert receiver.open(second) == PACKET
 
 
 def test_any_changed_bit_a_wrong_key_or_session_or_version_is_refused() -> None:
-    framer = Framer(KEY, "s-1")
-    frame = framer.seal(PACKET)
+    frame = Framer(KEY, "s-1").seal(PACKET)
+    receiver = Framer(KEY, "s-1")
     for i in range(len(frame)):
-        flipped = bytearray(frame)
-        flipped[i] ^= 0x01
-        assert framer.open(bytes(flipped)) is None, i
-    assert Framer(bytes(32), "s-1").open(frame) is None
-    assert Framer(KEY, "s-2").open(frame) is None  # another session's key use
-    assert framer.open(frame[:OVERHEAD]) is None  # nothing after the MAC
-    assert framer.open(b"") is None
-    assert framer.open(frame + b"extra") is None
+        for bit in range(8):
+            flipped = bytearray(frame)
+            flipped[i] ^= 1 << bit
+            assert receiver.unseal(bytes(flipped)) == "bad_tag", (i, bit)
+    assert Framer(bytes(32), "s-1").unseal(frame) == "bad_tag"
+    assert Framer(KEY, "s-2").unseal(frame) == "bad_tag"  # another session's
+    assert receiver.unseal(frame[:OVERHEAD]) == "bad_tag"  # no packet after the header
+    assert receiver.unseal(b"") == "bad_tag"
+    assert receiver.unseal(frame + b"extra") == "bad_tag"
+    assert receiver.unseal(frame[:-1]) == "bad_tag"
+    assert receiver.open(frame) == PACKET  # none of that spent its counter
+
+
+def test_the_aead_key_is_derived_not_the_session_key() -> None:
+    frame = Framer(KEY, "s-1").seal(PACKET)
+    header, body = frame[:HEADER_LEN], frame[HEADER_LEN:]
+    with pytest.raises(InvalidTag):
+        ChaCha20Poly1305(KEY).decrypt(header[1:], body, header + b"s-1")
+
+
+def test_a_replayed_datagram_is_refused() -> None:
+    sender, receiver = Framer(KEY, "s-1"), Framer(KEY, "s-1", 1)
+    first, second = sender.seal(PACKET), sender.seal(PACKET)
+    assert receiver.open(first) == PACKET
+    assert receiver.unseal(first) == "replay"
+    assert receiver.open(second) == PACKET
+    assert receiver.unseal(second) == "replay"
+    assert receiver.unseal(first) == "replay"
+
+
+def test_reordering_within_the_window_is_accepted_older_than_it_refused() -> None:
+    sender, receiver = Framer(KEY, "s-1"), Framer(KEY, "s-1", 1)
+    frames = [sender.seal(PACKET) for _ in range(REPLAY_WINDOW + 10)]
+    newest = frames[REPLAY_WINDOW + 9]
+    assert receiver.open(frames[10]) == PACKET
+    assert receiver.open(frames[12]) == PACKET
+    assert receiver.open(frames[11]) == PACKET  # late, within the window
+    assert receiver.unseal(frames[11]) == "replay"
+    assert receiver.open(newest) == PACKET  # the window moves up to 73
+    assert receiver.unseal(frames[9]) == "replay"  # 64 below: out of the window
+    assert receiver.unseal(frames[10]) == "replay"  # the oldest slot, seen
+    for frame in reversed(frames[13 : REPLAY_WINDOW + 9]):  # the rest of it, newest first
+        assert receiver.open(frame) == PACKET
+    assert all(receiver.unseal(f) == "replay" for f in frames)
+
+
+def test_a_far_jump_clears_the_window() -> None:
+    sender, receiver = Framer(KEY, "s-1"), Framer(KEY, "s-1", 1)
+    frames = [sender.seal(PACKET) for _ in range(200)]
+    assert receiver.open(frames[0]) == PACKET
+    assert receiver.open(frames[199]) == PACKET
+    assert receiver.open(frames[198]) == PACKET
+    assert receiver.unseal(frames[0]) == "replay"
+    assert receiver.unseal(frames[199]) == "replay"
+
+
+def test_a_new_boot_is_accepted_and_the_old_ones_still_refuse_replays() -> None:
+    receiver = Framer(KEY, "s-1", 1)
+    before = Framer(KEY, "s-1", 0, boot=b"old!")
+    old_frames = [before.seal(PACKET) for _ in range(3)]
+    assert receiver.open(old_frames[2]) == PACKET
+    after = Framer(KEY, "s-1", 0, boot=b"new!")  # the sender restarted: its counter is 0
+    new_frames = [after.seal(PACKET) for _ in range(3)]
+    assert receiver.open(new_frames[0]) == PACKET
+    assert receiver.unseal(old_frames[2]) == "replay"  # that boot's window is kept
+    assert receiver.unseal(new_frames[0]) == "replay"
+    assert receiver.open(old_frames[0]) == PACKET  # never seen, within its window
+    assert receiver.open(new_frames[1]) == PACKET
+    # another sender index has windows of its own
+    other = Framer(KEY, "s-1", 2, boot=b"new!")
+    assert receiver.unseal(other.seal(PACKET)) == (2, PACKET)
+
+
+def test_the_last_4_boots_of_a_sender_are_remembered() -> None:
+    receiver = Framer(KEY, "s-1", 1)
+    boots = [Framer(KEY, "s-1", 0, boot=bytes((i,)) * 4) for i in range(5)]
+    frames = [b.seal(PACKET) for b in boots]
+    for frame in frames:
+        assert receiver.open(frame) == PACKET
+    assert [receiver.unseal(f) for f in frames[1:]] == ["replay"] * 4
+    # the oldest was forgotten: its datagram gets through once more (the documented gap)
+    assert receiver.open(frames[0]) == PACKET
+    assert receiver.unseal(frames[0]) == "replay"
+
+
+def test_the_counter_is_never_spent_past_2_48() -> None:
+    framer = Framer(KEY, "s-1")
+    framer._next = 2**48 - 1
+    last = framer.seal(PACKET)
+    assert last[7:13] == b"\xff" * 6
+    with pytest.raises(OverflowError):
+        framer.seal(PACKET)
+    assert Framer(KEY, "s-1", 1).open(last) == PACKET
+
+
+def test_a_bad_index_or_boot_is_refused() -> None:
+    with pytest.raises(ValueError, match="index"):
+        Framer(KEY, "s-1", 65536)
+    with pytest.raises(ValueError, match="boot"):
+        Framer(KEY, "s-1", boot=b"abc")
 
 
 def test_the_config_goes_through_json_and_never_shows_its_key() -> None:
