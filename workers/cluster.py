@@ -12,7 +12,7 @@
 Every container has a network namespace of its own. single-node: the session's private
 network on the node. multi-node: the session's overlay, ``jg0`` with 10.254.0.<index+1>
 in each container, carried between nodes by one forwarder per (session, node)
-(workers/overlay.py) on the UDP port the scheduler gave it. ssh listens on 22 and
+(workers/overlay/) on the UDP port the scheduler gave it. ssh listens on 22 and
 MASTER_PORT is 29500 in every container, as on a machine of its own.
 
 The session's ssh key pair and its sshd host key are derived from the 32-byte seed the
@@ -219,7 +219,7 @@ def cluster_net(
 
 class Overlays:
     """The overlay forwarders of this node's multi-node sessions: one per session, made
-    with its first container here, stopped after its last (workers/overlay.py). A
+    with its first container here, stopped after its last (workers/overlay/). A
     forwarder outlives a worker restart as the containers do: its pid is kept in
     ``ROOT/<session>/forwarder.pid``; and it ends by itself once its containers are gone."""
 

@@ -1,4 +1,4 @@
-"""The session overlay (workers/overlay.py) on real kernels: TUNs in real network
+"""The session overlay (workers/overlay/) on real kernels: TUNs in real network
 namespaces, forwarders talking UDP over a veth between two "nodes".
 
 ::

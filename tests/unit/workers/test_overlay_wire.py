@@ -1,4 +1,4 @@
-"""The overlay's wire framing and its configuration (workers/overlay.py)."""
+"""The overlay's wire framing and its configuration (workers/overlay/wire.py, config.py)."""
 
 from __future__ import annotations
 

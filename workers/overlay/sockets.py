@@ -1,0 +1,89 @@
+"""The forwarder's sockets: UDP on the node's address, the control socket receiving TUN
+fds."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+from typing import Any, Final
+
+from workers.overlay.config import OverlayConfig, OverlayError
+
+MAX_CLIENTS: Final = 16  # control connections waiting for their message
+_IP_MTU_DISCOVER: Final = 10  # linux/in.h (not in typeshed's socket)
+_IP_PMTUDISC_DONT: Final = 0
+
+
+def resolve(host: str, port: int, family: int = 0) -> tuple[int, tuple[Any, ...]]:
+    info = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+    fam, _, _, _, sockaddr = info[0]
+    return fam, sockaddr
+
+
+class Sockets:
+    """The forwarder's UDP socket and control socket, bound before it runs (and before a
+    detached one forks, so that the caller hears of a port in use)."""
+
+    def __init__(self, config: OverlayConfig) -> None:
+        family, self.address = resolve(config.listen_host, config.listen_port)
+        self.udp = socket.socket(family, socket.SOCK_DGRAM)
+        self.control: socket.socket | None = None
+        self.control_ino: tuple[int, int] | None = None
+        try:
+            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                with contextlib.suppress(OSError):
+                    self.udp.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+            if family == socket.AF_INET:  # let the underlay fragment what it must
+                self.udp.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DONT)
+            self.udp.bind(self.address)
+            self.udp.setblocking(False)
+            self.control = self._bind_control(config)
+        except BaseException:
+            self.close(unlink=False)
+            raise
+
+    def _bind_control(self, config: OverlayConfig) -> socket.socket:
+        path = config.control
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise OverlayError(f"control path {path} exists and is not a socket")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+                probe.settimeout(1.0)
+                try:
+                    probe.connect(path)
+                except OSError:
+                    os.unlink(path)  # a stale one, nobody listens there
+                else:
+                    raise OverlayError(f"control socket {path} is in use")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            old = os.umask(0o177)
+            try:
+                sock.bind(path)
+            finally:
+                os.umask(old)
+            if config.control_owner is not None:
+                os.chown(path, config.control_owner, -1)
+            os.chmod(path, config.control_mode)
+            st = os.stat(path)
+            self.control_ino = (st.st_dev, st.st_ino)
+            sock.listen(MAX_CLIENTS)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def close(self, *, unlink: bool = True) -> None:
+        self.udp.close()
+        if self.control is not None:
+            path = self.control.getsockname()
+            self.control.close()
+            if unlink and self.control_ino is not None:
+                with contextlib.suppress(OSError):
+                    st = os.stat(path)
+                    if (st.st_dev, st.st_ino) == self.control_ino:  # still ours
+                        os.unlink(path)
