@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.domain.webhooks import Network, parse_networks
-from plugins.scheduling.config import Egress
+from plugins.common import EgressMode
 
 __all__ = ["GatewaySettings", "async_database_url", "default_data_dir"]
 
@@ -112,7 +112,7 @@ class GatewaySettings(BaseSettings):
     allow_unenforced_fractions: bool = False
     #: the egress of a group that does not set its own (docs/security.md, Egress):
     #: secure by default; ``jobgate up`` (one user's machine) runs with ``open``
-    default_egress: Egress = "no-private"
+    default_egress: EgressMode = "no-private"
     tick_interval_s: float = 2.0
     #: back-to-back passes start at least this far apart (a lone request is not delayed)
     min_pass_interval_s: float = 0.05

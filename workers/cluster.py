@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from contract.cluster import cluster_network
 from contract.messages import WireCluster
+from contract.routes import valid_session_id
 from plugins.runtimes.base import CLUSTER_CONFIG_TARGET, ClusterNet
 from workers import overlay
 
@@ -163,7 +164,7 @@ def _write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
     os.chmod(path, mode)
 
 
-def write_config(directory: Path, cluster: WireCluster, session_id: str) -> None:
+def write_config(directory: Path, cluster: WireCluster) -> None:
     """Fill *directory* (made here, 0700) with what the container mounts."""
     user, host = _keys(cluster.ssh_seed)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -227,6 +228,10 @@ class Overlays:
         self.root = root
 
     def _dir(self, session_id: str) -> Path:
+        """The session's directory; an id that could name another path is refused (ids
+        come in start jobs, over Redis)."""
+        if not valid_session_id(session_id):
+            raise ValueError(f"not a session id: {session_id!r}")
         return self.root / session_id
 
     def _control(self, session_id: str) -> Path:

@@ -294,7 +294,7 @@ class NodeAgent:
         config_dir = None
         if self.services.workdirs is not None and cluster.ssh_seed:
             config_dir = self.services.workdirs.root / "cluster" / spec.kernel_id
-            await asyncio.to_thread(write_config, config_dir, cluster, job.session_id)
+            await asyncio.to_thread(write_config, config_dir, cluster)
         if not isinstance(self.runtime, NetworkRuntime):  # plain processes: the node's network
             return dataclasses.replace(
                 spec, cluster=cluster_net(cluster, job.session_id, config_dir)
@@ -333,7 +333,7 @@ class NodeAgent:
                 log.warning("removing the network of session %s: %s", session_id, exc)
             try:
                 await self.overlays.done(session_id)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 log.warning("stopping the overlay of session %s: %s", session_id, exc)
         self.network_locks.pop(session_id, None)
 

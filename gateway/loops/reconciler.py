@@ -32,7 +32,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import activity_key, route_key
-from contract.messages import WireClusterMember
+from contract.messages import WireClusterMember, WireEgress
 from contract.routes import RouteRecord
 from gateway.apps import route_for
 from gateway.config import GatewaySettings
@@ -189,6 +189,7 @@ class Reconciler:
     ) -> None:
         cutoff = now - timedelta(seconds=self.settings.requeue_after_s)
         touched: list[str] = []
+        egress: dict[str, WireEgress] = {}  # group -> its egress, read once per tick
         rows = await db.execute(
             select(Kernel, Session)
             .join(Session, Session.id == Kernel.session_id)
@@ -215,9 +216,11 @@ class Reconciler:
             elif kernel.status == K.SCHEDULED:
                 members = await _members(db, session, nodes)
                 key = self.settings.proxy_secret.get_secret_value()
-                group = await db.get(ResourceGroup, session.resource_group)
-                egress = wire_egress(group_config(group, self.settings))
-                start = start_job(session, kernel, members, key, egress)
+                group = session.resource_group
+                if group not in egress:
+                    row = await db.get(ResourceGroup, group)
+                    egress[group] = wire_egress(group_config(row, self.settings))
+                start = start_job(session, kernel, members, key, egress[group])
                 outbox.restarts.append((node.queue, start))
         await _touch(db, Kernel, sorted(touched), updated_at=now)
 

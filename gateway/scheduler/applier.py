@@ -94,10 +94,13 @@ async def apply_plan(
         if session is None:
             continue  # cancelled or placed by someone else meanwhile
         overlay = ports.take(session, placement)
-        why = _reserve(placement, ledgers) if overlay is not None else ports.why_not(placement)
-        if why is not None or overlay is None:
-            ports.give_back(overlay or {})
-            out.rejected[session.id] = why or "no cluster port"
+        if overlay is None:
+            out.rejected[session.id] = ports.why_not(placement)
+            continue
+        why = _reserve(placement, ledgers)
+        if why is not None:
+            ports.give_back(overlay)
+            out.rejected[session.id] = why
             continue
         attempts = kernels.get(session.id, [])
         members = cluster_members(

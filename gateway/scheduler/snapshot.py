@@ -23,8 +23,9 @@ from gateway.scheduler.budgets import add_budget_holds
 from gateway.scheduler.fairshare import FairShareCache, fair_share_settings, fair_share_view
 from gateway.scheduler.policy import add_policy_view
 from gateway.scheduler.preemption import add_preemption_view
+from plugins.common import egress_modes
 from plugins.resources import ResourceSlots
-from plugins.scheduling.config import SchedulerConfig, effective_config, egress_modes
+from plugins.scheduling.config import SchedulerConfig, effective_config
 from plugins.scheduling.fairshare import FairShareSettings
 from plugins.scheduling.types import DeviceState, NodeState, NodeStatus, SessionRequest, Snapshot
 

@@ -29,12 +29,11 @@ from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from plugins.accelerators.base import Reservation
-from plugins.common import Mount
+from plugins.common import EgressMode, Mount
 from plugins.resources import ResourceSlots
 
 __all__ = [
     "CLUSTER_CONFIG_TARGET",
-    "EGRESS_ALL",
     "LABEL_INSTANCE",
     "LABEL_KERNEL",
     "LABEL_NODE",
@@ -139,10 +138,6 @@ def format_service_ports(ports: list[ServicePort]) -> str:
     return ",".join(f"{p.name}:{p.protocol}:{p.container_port}" for p in ports)
 
 
-#: every egress mode, strictest last: what a runtime that can keep to all of them reports
-EGRESS_ALL: Final = ("open", "no-private", "none")
-
-
 @dataclass(frozen=True, slots=True)
 class Egress:
     """Where a container may connect (its resource group's ``egress``, docs/security.md).
@@ -152,7 +147,7 @@ class Egress:
     ``none``, no outbound connection (the proxy still reaches its published ports).
     """
 
-    mode: str = "open"
+    mode: EgressMode = "open"
     allow: tuple[str, ...] = ()
 
 
@@ -294,7 +289,7 @@ class RuntimeInfo:
     images: str = "optional"
     detail: str = ""
     #: the egress modes (:class:`Egress`) it keeps its containers to; ``open`` is none
-    egress: tuple[str, ...] = ("open",)
+    egress: tuple[EgressMode, ...] = ("open",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from typing import ClassVar
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from plugins.common import EGRESS_MODES
 from plugins.runtimes.base import (
-    EGRESS_ALL,
     CommitUnsupported,
     ExitStatus,
     KernelHandle,
@@ -75,7 +75,7 @@ class SimRuntime:
             limits_enforced=self.settings.limits_enforced,
             cgroup="sim",
             detail="simulated kernels (no processes)",
-            egress=EGRESS_ALL,  # simulated: nothing connects anyway
+            egress=EGRESS_MODES,  # simulated: nothing connects anyway
         )
 
     async def prepare(self, spec: KernelSpec, progress: ProgressCallback) -> None:

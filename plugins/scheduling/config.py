@@ -42,32 +42,18 @@ from pydantic import (
     model_validator,
 )
 
+from plugins.common import EgressMode
+
 __all__ = [
     "DEFAULT_FILTERS",
-    "EGRESS_MODES",
     "POSITIVE_DECIMAL",
     "REQUIRED_FILTER",
-    "Egress",
     "PluginRef",
     "SchedulerConfig",
     "ScorerRef",
     "effective_config",
-    "egress_modes",
     "integral_numbers",
 ]
-
-#: what a group's sessions may connect to (docs/security.md, Egress): ``open``, anything
-#: the node reaches; ``no-private``, no loopback, link-local, private (RFC 1918, ULA) or
-#: node address except the group's ``egress_allow``; ``none``, no outbound connection
-Egress = Literal["open", "no-private", "none"]
-EGRESS_MODES: tuple[Egress, ...] = ("open", "no-private", "none")
-
-
-def egress_modes(stored: str | None) -> frozenset[str]:
-    """The egress modes a node keeps its sessions to, from its row (``"open,none"``);
-    a node that never said (an older worker) enforces nothing: ``open`` only."""
-    return frozenset(m for m in (stored or "open").split(",") if m) | {"open"}
-
 
 #: the filters of the default pipeline, cheapest first; ``fits`` is always required
 DEFAULT_FILTERS = (
@@ -205,9 +191,9 @@ class SchedulerConfig(BaseModel):
     max_preemptors_per_pass: int = Field(default=4, ge=1, le=100)
     #: containers one cluster session may ask for (docs/cluster-sessions.md)
     max_cluster_size: int = Field(default=16, ge=1, le=64)
-    #: where the group's sessions may connect (see :data:`Egress`); a group that leaves it
+    #: where the group's sessions may connect (:data:`plugins.common.EgressMode`); unsaid,
     #: unsaid gets the gateway's ``default_egress`` (``no-private``; ``jobgate up``: open)
-    egress: Egress = "no-private"
+    egress: EgressMode = "no-private"
     #: networks (CIDRs) ``no-private`` still lets sessions reach: a storage server, a
     #: package mirror; ignored by ``open`` and ``none``
     egress_allow: tuple[Ipv4Network, ...] = ()
@@ -272,7 +258,7 @@ def effective_config(
     strict: bool = False,
     allow_unenforced_fractions: bool = False,
     require_limits_enforced: bool = False,
-    egress: Egress = "no-private",
+    egress: EgressMode = "no-private",
 ) -> SchedulerConfig:
     """The configuration in effect for a group that stores *stored*.
 

@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from gateway.api.deps import Admin, CurrentUser, NodeCredentials, Nodes
 from gateway.api.schemas import NodeList, NodePublic
 from gateway.services.nodes import NodeView
+from plugins.common import EGRESS_MODES, egress_modes
 from plugins.resources import ResourceSlots
-from plugins.scheduling.config import EGRESS_MODES, egress_modes
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 

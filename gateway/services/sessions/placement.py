@@ -22,8 +22,9 @@ from gateway.services.sessions.reads import Reads
 from plugins.accelerators.rocm import ROCM_SLOT
 from plugins.accelerators.sharing import DEVICE_SLOT, SHARES_SLOT
 from plugins.accelerators.tpu import TPU_SLOT
+from plugins.common import egress_modes
 from plugins.resources import CPU, MEM, InvalidResource, ResourceSlots, format_size
-from plugins.scheduling.config import SchedulerConfig, egress_modes
+from plugins.scheduling.config import SchedulerConfig
 
 __all__ = ["BUILTIN_SLOTS", "Placement"]
 

@@ -25,8 +25,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
+from plugins.common import EGRESS_MODES
 from plugins.runtimes.base import (
-    EGRESS_ALL,
     LABEL_INSTANCE,
     LABEL_KERNEL,
     LABEL_NODE,
@@ -119,7 +119,6 @@ class PodmanRuntime:
         #: (v1: noted at start, when the worker writes the limits)
         self._oom_counters: dict[str, tuple[Path, int | None]] = {}
         self._closed = False
-        self._own: tuple[str, ...] | None = None  # this node's addresses (egress rules)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """A blocking podman-py call in the pool, so the worker's event loop never waits."""
@@ -173,7 +172,7 @@ class PodmanRuntime:
             cgroup=support.mode,
             images="required",
             detail=detail,
-            egress=EGRESS_ALL if self._can_filter() else ("open",),
+            egress=EGRESS_MODES if self._can_filter() else ("open",),
         )
 
     def _can_filter(self) -> bool:
@@ -326,18 +325,25 @@ class PodmanRuntime:
             raise RuntimeFailure(f"cannot enforce limits: {exc}") from exc
 
     async def _apply_egress(self, spec: KernelSpec, pid: int, made: dict[str, Any]) -> None:
-        """The group's egress rules into the initialised container's network namespace."""
-        if self._own is None:
-            self._own = await asyncio.to_thread(egress.node_addresses)
-        peers, dns = [], [egress.SLIRP_DNS]
-        for net in ((made.get("NetworkSettings") or {}).get("Networks") or {}).values():
-            if net.get("IPAddress") and net.get("IPPrefixLen"):  # a cluster's own network
+        """The group's egress rules into the initialised container's network namespace.
+
+        The node's addresses are read now (an address it gained since is refused too) in
+        the API service's namespace, whose addresses slirp4netns connects from."""
+        service = await self.netns_pid()
+        where = Path(f"/proc/{service}/net") if service else Path("/proc/net")
+        own = await asyncio.to_thread(egress.node_addresses, where)
+        peers, dns, links = [], [egress.SLIRP_DNS], []
+        cluster = spec.cluster
+        if cluster is not None and cluster.network is not None:  # single-node: its peers
+            net = ((made.get("NetworkSettings") or {}).get("Networks") or {}).get(cluster.network)
+            if net and net.get("IPAddress") and net.get("IPPrefixLen"):
                 peers.append(f"{net['IPAddress']}/{net['IPPrefixLen']}")
-            if net.get("Gateway"):
+            if net and net.get("Gateway"):
                 dns.append(str(net["Gateway"]))  # aardvark-dns answers there
-        links = [spec.cluster.link] if spec.cluster is not None and spec.cluster.link else []
+        if cluster is not None and cluster.link:  # multi-node: the overlay
+            links.append(cluster.link)
         script = egress.ruleset(
-            spec.egress.mode, spec.egress.allow, self._own, peers=peers, dns=dns, links=links
+            spec.egress.mode, spec.egress.allow, own, peers=peers, dns=dns, links=links
         )
         try:
             await egress.apply(pid, script)
