@@ -27,6 +27,8 @@ def test_up_writes_a_profile_and_says_where_the_api_is(up: UpStack) -> None:
     text = up.output()
     assert f"API: http://127.0.0.1:{up.port}" in text
     assert "runtime    process" in text
+    # one user's machine: sessions may connect anywhere, and it says so (docs/security.md)
+    assert "egress     open: sessions may connect to anything this machine reaches" in text
     assert up.config.stat().st_mode & 0o077 == 0  # the admin key is not world-readable
     assert 'api_key = "jg_' in up.config.read_text()
 
@@ -58,6 +60,9 @@ def test_detach_ls_show_logs_rm(up: UpStack) -> None:
         assert field in text
     (node,) = up.cli_json("nodes", "ls")
     assert node["status"] == "ready"
+    shown_node = up.cli("nodes", "show", node["id"], check=True).stdout
+    assert "egress" in shown_node
+    assert "open" in shown_node.split("egress", 1)[1].splitlines()[0]  # the process runtime
     assert node["runtime"] == "process"
     assert node["limits_enforced"] is False
 

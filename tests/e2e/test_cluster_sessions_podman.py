@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cluster_harness import MPI, NetnsPair, PodmanService, mpi_image_present
+from netprobe import PROBE, answered, parse_probes, serving
 from up_harness import UpStack
 from waiting import until_sync
 
@@ -389,31 +390,18 @@ def test_multi_node_cluster_runs_mpi_across_two_network_namespaces(
     assert f"multi-node {TIMES}2" in stack.cli("sessions", "show", session, check=True).stdout
 
 
-#: a session's probe: every address on the argument line, answered or why not
-PROBE = """
-import json, socket, sys
-out = {}
-for a in sys.argv[1:]:
-    try:
-        with socket.create_connection((a, 18081), timeout=3) as c:
-            out[a] = c.recv(64).decode()
-    except OSError as e:
-        out[a] = e.strerror or type(e).__name__
-print("probe", json.dumps(out, sort_keys=True))
-"""
-SERVE = """
-import socket, sys, threading
-def serve(addr):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, 18081)); s.listen(16)
-    while True:
-        c, _ = s.accept(); c.sendall(addr.encode()); c.close()
-for a in sys.argv[1:]:
-    threading.Thread(target=serve, args=(a,), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait(600)  # ends by itself
-"""
 ELSEWHERE = "198.51.100.9"  # stands for the internet: not a private range
+PORT = 18081
+
+
+def _group(api: httpx.Client, **scheduler: object) -> None:
+    api.patch("/v1/resource-groups/pair", json={"scheduler": scheduler}).raise_for_status()
+
+
+def _restore(stack: UpStack) -> None:
+    """Group "pair" as the module's other tests expect it (PATCH merges: say each key)."""
+    with _api(stack) as api:
+        _group(api, egress="open", egress_allow=[], cluster_modes=["multi-node"])
 
 
 def test_each_group_egress_holds_on_podman_nodes(stack: UpStack, netns_nodes: list[str]) -> None:
@@ -425,69 +413,34 @@ def test_each_group_egress_holds_on_podman_nodes(stack: UpStack, netns_nodes: li
     ip = ["ip", "-n"]
     subprocess.run([*ip, b, "addr", "add", f"{ELSEWHERE}/32", "dev", f"{prefix}b"], check=True)
     subprocess.run([*ip, a, "route", "replace", f"{ELSEWHERE}/32", "dev", f"{prefix}a"], check=True)
-    private = "10.231.0.2"  # node b's address: the cluster's LAN
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", b, sys.executable, "-c", SERVE, private, ELSEWHERE],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    private, public = f"10.231.0.2:{PORT}", f"{ELSEWHERE}:{PORT}"  # node b's: the LAN
+    key = tomllib.loads(stack.config.read_text())["api_key"]
 
-    def probe() -> dict[str, str]:
-        run = stack.cli(
-            *("run", "--group", "pair", "--image", MPI, "--cpu", "0.5", "--mem", "128m"),
-            *("--", "python3", "-c", PROBE, private, ELSEWHERE),
-        )
-        assert run.returncode == 0, run.stderr + run.stdout
-        line = next(x for x in run.stdout.splitlines() if x.startswith("probe "))
-        result: dict[str, str] = json.loads(line.removeprefix("probe "))
-        return result
-
-    def egress(api: httpx.Client, **config: object) -> None:
-        api.patch("/v1/resource-groups/pair", json={"scheduler": config}).raise_for_status()
+    def reached() -> set[str]:
+        (results,) = _probe_as(stack, key, [private, public], {}).values()
+        return answered(results)
 
     try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == "ready"
-        with _api(stack) as api:
+        with serving([private, public], b), _api(stack) as api:
             # open: both answer, so what is refused below is the rules' doing
-            egress(api, egress="open")
-            assert probe() == {private: private, ELSEWHERE: ELSEWHERE}
-            egress(api, egress="no-private", cluster_modes=["single-node", "multi-node"])
+            _group(api, egress="open")
+            assert reached() == {private, public}
+            _group(api, egress="no-private", cluster_modes=["single-node", "multi-node"])
             nodes = api.get("/v1/nodes").json()["items"]
             assert all(
                 n["egress"] == ["open", "no-private", "none"]
                 for n in nodes
                 if n["id"] in netns_nodes
             ), nodes
-            assert probe() == {private: "No route to host", ELSEWHERE: ELSEWHERE}
-            egress(api, egress="no-private", egress_allow=[f"{private}/32"])
-            assert probe() == {private: private, ELSEWHERE: ELSEWHERE}
+            assert reached() == {public}
+            _group(api, egress="no-private", egress_allow=["10.231.0.2/32"])
+            assert reached() == {private, public}
             # none: a batch session with nothing to publish gets no network at all
-            egress(api, egress="none", egress_allow=[f"{private}/32"])
-            gone = "Network is unreachable"
-            assert probe() == {private: gone, ELSEWHERE: gone}
+            _group(api, egress="none", egress_allow=["10.231.0.2/32"])
+            (results,) = _probe_as(stack, key, [private, public], {}).values()
+            assert results == {private: "Network is unreachable", public: "Network is unreachable"}
     finally:
-        with _api(stack) as api:
-            egress(api, egress="open", egress_allow=[], cluster_modes=["multi-node"])
-        server.kill()
-        server.wait(10)
-        if server.stdout is not None:
-            server.stdout.close()
-
-
-#: every container of the probing session: each host:port named, answered or why not
-PROBE_ALL = """
-import json, os, socket, sys
-out = {}
-for target in sys.argv[1:]:
-    host, port = target.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=3) as c:
-            out[target] = c.recv(64).decode() or "answered"
-    except OSError as e:
-        out[target] = e.strerror or type(e).__name__
-print("probe", os.environ.get("JOBGATE_CLUSTER_HOST", "alone"), json.dumps(out, sort_keys=True))
-"""
+        _restore(stack)
 
 
 def test_another_tenant_reaches_nothing_of_the_node_from_any_session_mode(
@@ -501,28 +454,22 @@ def test_another_tenant_reaches_nothing_of_the_node_from_any_session_mode(
     prefix = netns_nodes[0].split("-")[0]
     a, b = f"{prefix}-a", f"{prefix}-b"
     published, lan_a, lan_b = "127.0.0.1:18090", "10.231.0.1:18091", "10.231.0.2:18092"
-    listeners = [
-        subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-c", SERVE_AT, *targets],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for ns, targets in ((a, [published, lan_a]), (b, [lan_b]))
-    ]
     # from a container, the node's loopback is 10.0.2.2 (slirp4netns), where it is let in
-    targets = [f"10.0.2.2:{published.split(':')[1]}", published, lan_a, lan_b]
+    targets = ["10.0.2.2:18090", published, lan_a, lan_b]
     try:
-        for listener in listeners:
-            assert listener.stdout is not None
-            assert listener.stdout.readline().strip() == "ready"
-        with _api(stack) as admin:
+        with (
+            serving([published, lan_a], a),
+            serving([lan_b], b),
+            _api(stack) as admin,
+        ):
             assert admin.post("/v1/users", json={"name": "tenant-b"}).status_code == 201
             key = admin.post("/v1/users/tenant-b/keys", json={"name": "t"}).json()["key"]
-            both = {"cluster_modes": ["single-node", "multi-node"]}
-            admin.patch(
-                "/v1/resource-groups/pair",
-                json={"scheduler": {"egress": "no-private", "egress_allow": [], **both}},
-            ).raise_for_status()
+            _group(
+                admin,
+                egress="no-private",
+                egress_allow=[],
+                cluster_modes=["single-node", "multi-node"],
+            )
             modes: list[dict[str, object]] = [
                 {},
                 {"cluster_size": 2, "cluster_mode": "single-node"},
@@ -531,55 +478,19 @@ def test_another_tenant_reaches_nothing_of_the_node_from_any_session_mode(
             for mode in modes:
                 seen = _probe_as(stack, key, targets, mode)
                 assert len(seen) == int(str(mode.get("cluster_size", 1))), (mode, seen)
-                for host, results in seen.items():
-                    answered = {t for t, said in results.items() if said in ("a", "b", "answered")}
-                    assert answered == set(), (mode, host, results)
-            admin.patch(
-                "/v1/resource-groups/pair",
-                json={"scheduler": {"egress": "no-private", "egress_allow": ["10.231.0.2/32"]}},
-            ).raise_for_status()
+                for container, results in seen.items():
+                    assert answered(results) == set(), (mode, container, results)
+            _group(admin, egress="no-private", egress_allow=["10.231.0.2/32"])
             (results,) = _probe_as(stack, key, targets, {}).values()
-            assert {t for t, said in results.items() if said == "b"} == {lan_b}, results
+            assert answered(results) == {lan_b}, results
     finally:
-        with _api(stack) as admin:
-            admin.patch(
-                "/v1/resource-groups/pair",
-                json={
-                    "scheduler": {
-                        "egress": "open",
-                        "egress_allow": [],
-                        "cluster_modes": ["multi-node"],
-                    }
-                },
-            ).raise_for_status()
-        for listener in listeners:
-            listener.kill()
-            listener.wait(10)
-            if listener.stdout is not None:
-                listener.stdout.close()
-
-
-#: listeners at host:port, each answering with the letter of its node
-SERVE_AT = """
-import socket, sys, threading
-def serve(host, port, word):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((host, port)); s.listen(16)
-    while True:
-        c, _ = s.accept(); c.sendall(word); c.close()
-for target in sys.argv[1:]:
-    host, port = target.rsplit(":", 1)
-    word = b"b" if host == "10.231.0.2" else b"a"
-    threading.Thread(target=serve, args=(host, int(port), word), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait(600)  # ends by itself
-"""
+        _restore(stack)
 
 
 def _probe_as(
     stack: UpStack, key: str, targets: list[str], mode: dict[str, object]
 ) -> dict[str, dict[str, str]]:
-    """Run PROBE_ALL as the user of *key* in group "pair"; each container's results."""
+    """Run PROBE as the user of *key* in group "pair"; each container's results."""
     with httpx.Client(
         base_url=f"http://127.0.0.1:{stack.port}",
         headers={"Authorization": f"Bearer {key}"},
@@ -588,7 +499,7 @@ def _probe_as(
         created = api.post(
             "/v1/sessions",
             json={
-                "command": ["python3", "-c", PROBE_ALL, *targets],
+                "command": ["python3", "-c", PROBE, *targets],
                 "image": MPI,
                 "resource_group": "pair",
                 "resources": {"cpu": "0.5", "mem": "128m"},
@@ -599,21 +510,13 @@ def _probe_as(
         assert created.status_code == 201, created.text
         session = created.json()["id"]
         ended = {"SUCCEEDED", "FAILED", "ERROR", "TERMINATED", "CANCELLED"}
-        try:
-            until_sync(
-                lambda: api.get(f"/v1/sessions/{session}").json()["status"] in ended,
-                timeout=90,
-                interval=0.3,
-                what=f"probe session {session} ({mode}) ended",
-            )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: {api.get(f'/v1/sessions/{session}').text}") from None
+        until_sync(
+            lambda: api.get(f"/v1/sessions/{session}").json()["status"] in ended,
+            timeout=90,
+            interval=0.3,
+            what=f"probe session {session} ({mode}) ended",
+        )
         shown = api.get(f"/v1/sessions/{session}").json()
         text = api.get(f"/v1/sessions/{session}/logs").text
     assert shown["status"] == "SUCCEEDED", (shown["status"], shown.get("status_reason"), text)
-    out: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        if line.startswith("probe "):
-            _, host, results = line.split(" ", 2)
-            out[host] = json.loads(results)
-    return out
+    return parse_probes(text)

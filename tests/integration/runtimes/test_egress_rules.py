@@ -11,7 +11,6 @@ the node's own public address (203.0.113.9) and a public address elsewhere
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 from needs import missing
+from netprobe import PROBE, answered, parse_probes, serving
 
 from plugins.runtimes.podman import egress
 
@@ -32,30 +32,6 @@ NODE_OWN = "203.0.113.9"
 PUBLIC = "198.51.100.9"
 TARGETS = (PRIVATE, METADATA, ALLOWED, NODE_OWN, PUBLIC)
 PORT = 18080
-
-SERVE = f"""
-import socket, sys, threading
-def serve(addr):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, {PORT})); s.listen(16)
-    while True:
-        c, _ = s.accept(); c.sendall(addr.encode()); c.close()
-for a in sys.argv[1:]:
-    threading.Thread(target=serve, args=(a,), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait(120)  # ends by itself
-"""
-PROBE = f"""
-import json, socket, sys
-out = {{}}
-for a in sys.argv[1:]:
-    try:
-        with socket.create_connection((a, {PORT}), timeout=2) as c:
-            out[a] = c.recv(64).decode()
-    except OSError as e:
-        out[a] = type(e).__name__ + ": " + (e.strerror or str(e))
-print(json.dumps(out))
-"""
 
 
 def _ip(*args: str) -> None:
@@ -92,67 +68,59 @@ def _in(ns: str, *argv: str) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
-def _probe(ns: str, *targets: str) -> dict[str, str]:
+def _at(*hosts: str) -> set[str]:
+    return {f"{h}:{PORT}" for h in hosts}
+
+
+def _probe(ns: str, *hosts: str) -> dict[str, str]:
+    """Each of *hosts* (on PORT) probed from namespace *ns*: what answered, or why not."""
     done = subprocess.run(
-        _in(ns, sys.executable, "-c", PROBE, *targets),
+        _in(ns, sys.executable, "-c", PROBE, *sorted(_at(*hosts))),
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    result: dict[str, str] = json.loads(done.stdout)
-    return result
-
-
-def _reached(results: dict[str, str]) -> set[str]:
-    return {a for a, said in results.items() if said == a}
+    (results,) = parse_probes(done.stdout).values()
+    return results
 
 
 def test_no_private_and_none_refuse_what_they_say_at_once_and_keep_replies(
     namespaces: tuple[str, str],
 ) -> None:
     inside, outside = namespaces
-    server = subprocess.Popen(
-        _in(outside, sys.executable, "-c", SERVE, *TARGETS),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     # a process in "inside" whose namespace the rules go into, as a created container's
     holder = subprocess.Popen(_in(inside, "sleep", "120"))
-    back = subprocess.Popen(  # a listener inside: what a published port leads to
-        _in(inside, sys.executable, "-c", SERVE, "10.233.0.1"),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == "ready"
-        assert back.stdout is not None
-        assert back.stdout.readline().strip() == "ready"
-        pid = _holder_pid(holder.pid)
+        # the world outside, and a listener inside: what a published port leads to
+        with (
+            serving([f"{t}:{PORT}" for t in TARGETS], outside),
+            serving([f"10.233.0.1:{PORT}"], inside),
+        ):
+            pid = _holder_pid(holder.pid)
 
-        # open (no rules): every listener answers, so each refusal below means the rules
-        assert _reached(_probe(inside, *TARGETS)) == set(TARGETS)
+            # open (no rules): every listener answers, so each refusal below means the rules
+            assert answered(_probe(inside, *TARGETS)) == _at(*TARGETS)
 
-        script = egress.ruleset("no-private", [f"{ALLOWED}/32"], ["127.0.0.1", NODE_OWN])
-        asyncio.run(egress.apply(pid, script))
-        results = _probe(inside, *TARGETS)
-        assert _reached(results) == {ALLOWED, PUBLIC}, results
-        for refused in (PRIVATE, METADATA, NODE_OWN):
-            assert "No route to host" in results[refused], results  # at once, and saying so
-        # connections made *to* the session still work (the proxy's, through a port)
-        assert _reached(_probe(outside, "10.233.0.1")) == {"10.233.0.1"}
+            script = egress.ruleset("no-private", [f"{ALLOWED}/32"], ["127.0.0.1", NODE_OWN])
+            asyncio.run(egress.apply(pid, script))
+            results = _probe(inside, *TARGETS)
+            assert answered(results) == _at(ALLOWED, PUBLIC), results
+            for refused in (PRIVATE, METADATA, NODE_OWN):
+                assert results[f"{refused}:{PORT}"] == "No route to host", (
+                    results
+                )  # at once, saying so
+            # connections made *to* the session still work (the proxy's, through a port)
+            assert answered(_probe(outside, "10.233.0.1")) == _at("10.233.0.1")
 
-        subprocess.run(_in(inside, "nft", "delete", "table", "inet", "jobgate_egress"), check=True)
-        asyncio.run(egress.apply(pid, egress.ruleset("none", [f"{ALLOWED}/32"])))
-        assert _reached(_probe(inside, *TARGETS)) == set()
-        assert _reached(_probe(outside, "10.233.0.1")) == {"10.233.0.1"}
+            delete = _in(inside, "nft", "delete", "table", "inet", "jobgate_egress")
+            subprocess.run(delete, check=True)
+            asyncio.run(egress.apply(pid, egress.ruleset("none", [f"{ALLOWED}/32"])))
+            assert answered(_probe(inside, *TARGETS)) == set()
+            assert answered(_probe(outside, "10.233.0.1")) == _at("10.233.0.1")
     finally:
-        for proc in (server, holder, back):
-            proc.kill()
-            proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        holder.kill()
+        holder.wait(10)
 
 
 def _holder_pid(pid: int) -> int:

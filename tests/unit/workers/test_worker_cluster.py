@@ -14,7 +14,7 @@ from plugins.runtimes.base import InvalidSpec, KernelSpec, RuntimeContext, Runti
 from plugins.runtimes.podman.settings import PodmanSettings
 from plugins.runtimes.podman.spec import SSHD_PREAMBLE, create_body
 from plugins.runtimes.sim import SimRuntime, SimSettings
-from workers.cluster import cluster_env, cluster_net, overlay_key, write_config
+from workers.cluster import Overlays, cluster_env, cluster_net, overlay_key, write_config
 
 SEED = "11" * 32
 
@@ -75,8 +75,8 @@ def test_multi_node_peers_meet_on_the_overlay_or_on_the_schedulers_port() -> Non
 
 
 def test_the_files_hold_one_key_pair_every_container_derives_alike(tmp_path: Path) -> None:
-    write_config(tmp_path / "a", cluster("multi-node"), "s1")
-    write_config(tmp_path / "b", cluster("multi-node", index=0), "s1")
+    write_config(tmp_path / "a", cluster("multi-node"))
+    write_config(tmp_path / "b", cluster("multi-node", index=0))
     a, b = tmp_path / "a", tmp_path / "b"
     # the same key pair and host key (OpenSSH's private format has a random check word)
     for name in ("ssh/id_ed25519.pub", "ssh/known_hosts"):
@@ -99,7 +99,7 @@ def test_the_files_hold_one_key_pair_every_container_derives_alike(tmp_path: Pat
 def test_a_seed_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
     bad = cluster().model_copy(update={"ssh_seed": "ab"})
     with pytest.raises(ValueError, match="32 bytes"):
-        write_config(tmp_path, bad, "s1")
+        write_config(tmp_path, bad)
 
 
 def test_podman_joins_the_sessions_network_or_the_hosts_and_starts_sshd(tmp_path: Path) -> None:
@@ -201,3 +201,18 @@ async def test_a_restarted_worker_sweeps_networks_no_container_uses(tmp_path: Pa
     )
     await agent.sweep_networks()  # s1 still has a container here: its network stays
     assert runtime.removed == ["jobgate-gone"]
+
+
+async def test_an_overlay_for_a_session_id_that_names_another_path_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Session ids arrive in start jobs over Redis: one that could lead out of the
+    worker's overlay directory (or remove another one on clean-up) is refused."""
+    overlays = Overlays(tmp_path / "overlays")
+    (tmp_path / "keep").mkdir()
+    for bad in ("../keep", "a/b", "", "x" * 65):
+        with pytest.raises(ValueError, match="not a session id"):
+            await overlays.ensure(bad, cluster("multi-node"), None)
+        with pytest.raises(ValueError, match="not a session id"):
+            await overlays.done(bad)
+    assert (tmp_path / "keep").is_dir()
