@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from contract.apps import BUILT_IN
 from gateway.db.engine import create_engine
 from gateway.db.migrate import alembic_config, upgrade_async
-from gateway.db.models import Base, Image, Kernel, Session, SessionLog, User
+from gateway.db.models import Base, Image, Kernel, ResourceGroup, Session, SessionLog, User
 
 
 def _diff(connection: Connection) -> list[Any]:
@@ -173,3 +173,29 @@ async def test_log_rows_and_offsets_get_the_attempt_of_their_kernel(
         assert held == {"k1": offsets, "k2": {}}
     finally:
         await engine.dispose()
+
+
+async def test_groups_held_before_egress_keep_it_open(empty_database: str) -> None:
+    """0029: an upgrade changes no group's behaviour (groups that said nothing get
+    ``egress: open``, one that says more keeps it); only new groups are ``no-private``."""
+    await upgrade_async(empty_database, "0028")
+    engine = create_engine(empty_database)
+    now = datetime.now(UTC)
+    try:
+        async with engine.begin() as conn:
+            groups = await conn.run_sync(_reflected, "resource_groups")
+            for name, scheduler in (("gpu", {"sequencer": "drf"}), ("cpu", {})):
+                values = _defaults(ResourceGroup, name=name, scheduler=scheduler)
+                held = {k: v for k, v in values.items() if k in groups.c}
+                await conn.execute(insert(groups).values(**held | {"created_at": now}))
+        await upgrade_async(empty_database)
+        async with engine.connect() as conn:
+            rows = dict(
+                (await conn.execute(select(ResourceGroup.name, ResourceGroup.scheduler))).all()
+            )
+    finally:
+        await engine.dispose()
+    assert rows == {
+        "gpu": {"sequencer": "drf", "egress": "open"},
+        "cpu": {"egress": "open"},
+    }
