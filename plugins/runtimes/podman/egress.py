@@ -18,14 +18,14 @@ forwarder, the session's own cluster network and the group's ``egress_allow``.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import os
 import shutil
 from collections.abc import Iterable
 from ipaddress import IPv4Network, IPv6Network, collapse_addresses, ip_address, ip_network
 from pathlib import Path
 from typing import Final
+
+from plugins.runtimes.nsenter import NsenterFailed, run_in_netns
 
 __all__ = [
     "PRIVATE_V4",
@@ -166,27 +166,14 @@ def ruleset(
 
 async def apply(pid: int, script: str, *, timeout: float = 10.0) -> None:
     """Load *script* into the network namespace of process *pid* (a container created
-    but not started). As root, nsenter joins the namespace directly; as the Podman user,
-    through the container's user namespace, which that user owns."""
-    user = [] if os.geteuid() == 0 else ["--user", "--preserve-credentials"]
-    argv = ["nsenter", f"--target={pid}", "--net", *user, "nft", "-f", "-"]
+    but not started); :class:`EgressUnavailable` saying why it could not."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
+        await run_in_netns(
+            pid,
+            ["nft", "-f", "-"],
+            what="loading the rules",
+            stdin=script.encode(),
+            timeout=timeout,
         )
-    except OSError as exc:
-        raise EgressUnavailable(f"cannot run nft: {exc}") from exc
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(script.encode()), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise EgressUnavailable(f"nft did not finish within {timeout:g} s") from None
-    if proc.returncode != 0:
-        detail = err.decode(errors="replace").strip().splitlines()
-        raise EgressUnavailable(
-            f"nft failed ({proc.returncode}): {detail[-1] if detail else 'no message'}"
-        )
+    except NsenterFailed as exc:
+        raise EgressUnavailable(str(exc)) from None

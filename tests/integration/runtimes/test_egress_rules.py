@@ -137,5 +137,6 @@ def _holder_pid(pid: int) -> int:
 def test_a_failed_load_is_an_error_that_says_why() -> None:
     if not egress.available():
         missing("nft(8) and nsenter(1)")
-    with pytest.raises(egress.EgressUnavailable, match=r"nft failed|cannot run"):
+    saying = r"loading the rules (failed \(1\)|: cannot run)"
+    with pytest.raises(egress.EgressUnavailable, match=saying):
         asyncio.run(egress.apply(2**22 + 7, egress.ruleset("none")))  # no such process
