@@ -14,25 +14,22 @@
     └──────────────────────────────────────────┘       └──────────────────────────────┘
 
     spawn(config, netns_pid, log)  python -m workers.overlay serve --config - --detach
+                                   --control SOCK
                                    (under nsenter into the namespace holding the node's
                                    address): binds UDP and the control socket, forks,
                                    prints the pid; the forwarder logs to *log*
     attach(pid, control, ...)      nsenter -t PID -n [-U] python -m workers.overlay tun ...
                                    opens /dev/net/tun (TUNSETIFF IFF_TUN|IFF_NO_PI) in the
                                    container's netns, sets address, MTU, up (ioctls; IPv6
-                                   off on it, best effort), then sends the fd (and a pidfd
-                                   of PID) to the control socket with SCM_RIGHTS and
+                                   off on it, best effort), then sends the fd and a pidfd
+                                   of PID to the control socket with SCM_RIGHTS and
                                    {"index": i}; the forwarder answers {"ok": true} or
                                    {"error": "..."}
-    stop(pid)                      SIGTERM (SIGKILL after a grace), waited on by pidfd
+    stop(pid, control)             SIGTERM (SIGKILL after a grace), waited on by pidfd, if
+                                   PID's command line names that control socket
 
-    on the wire (UDP):  header = version (1 byte, 2) ‖ sender index (2) ‖ boot (4)
-                                 ‖ counter (6, big-endian)
-                        header ‖ ChaCha20-Poly1305(K, nonce = header[1:13],
-                                 associated data = header ‖ session_id) of the IPv4 packet
-                        (ciphertext ‖ 16-byte tag): 29 bytes more than the packet
-                        K = HKDF-SHA256(key, info = "jobgate-overlay/2 chacha20-poly1305\\0"
-                                        session_id), never the session key itself
+    between forwarders: UDP datagrams, each an IPv4 packet sealed with ChaCha20-Poly1305
+    behind a header (sender index, boot, counter); the format is wire.py's docstring
 
 The package, by concern:
 
@@ -40,8 +37,8 @@ The package, by concern:
     wire.py       the framing: header constants, Framer (HKDF, ChaCha20-Poly1305), the
                   replay windows
     sockets.py    the forwarder's UDP and control sockets, bound before it runs or forks
-    forwarder.py  the forwarder: its selectors loop, Counts, serve()
-    process.py    the worker's side: spawn(), stop(), is_forwarder(), the nsenter helpers
+    forwarder.py  the forwarder: its selectors loop, Counts
+    process.py    the worker's side: spawn(), stop(), is_forwarder()
     tun.py        attach() and the helper it runs: make the TUN, hand its fd over
     cli.py        main(): ``python -m workers.overlay serve|tun`` (__main__.py runs it)
 """
@@ -50,7 +47,7 @@ from __future__ import annotations
 
 from workers.overlay.cli import main
 from workers.overlay.config import Member, OverlayConfig, OverlayError
-from workers.overlay.forwarder import Counts, serve
+from workers.overlay.forwarder import Counts
 from workers.overlay.process import is_forwarder, spawn, stop
 from workers.overlay.tun import attach
 from workers.overlay.wire import HEADER_LEN, MAC_LEN, OVERHEAD, REPLAY_WINDOW, Framer
@@ -68,7 +65,6 @@ __all__ = [
     "attach",
     "is_forwarder",
     "main",
-    "serve",
     "spawn",
     "stop",
 ]

@@ -36,8 +36,6 @@ class OverlayConfig:
     control: str  # unix socket receiving TUN fds
     mtu: int = 1380
     idle_exit_s: float = 120.0
-    control_owner: int | None = None  # uid to chown the control socket to
-    control_mode: int = 0o600
 
     def __post_init__(self) -> None:
         try:
@@ -62,6 +60,8 @@ class OverlayConfig:
                 raise ValueError(f"member {m.index}: {m.address} is not a unicast IPv4")
             if m.index in seen_index or str(address) in seen_address:
                 raise ValueError(f"member {m.index} ({m.address}) is listed twice")
+            if not 0 <= m.index < 1 << 16:
+                raise ValueError(f"member index {m.index} is not within 0..65535")
             if not 0 < m.node_port < 65536:
                 raise ValueError(f"member {m.index}: node_port {m.node_port} is not a port")
             seen_index.add(m.index)

@@ -30,17 +30,16 @@ import os
 import selectors
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import FrameType
 from typing import Any, Final
 
-from workers.overlay.config import OverlayConfig, OverlayError
+from workers.overlay.config import OverlayConfig
 from workers.overlay.sockets import MAX_CLIENTS, Sockets, resolve
 from workers.overlay.tun import tun_name
-from workers.overlay.wire import Framer, ipv4_ends
+from workers.overlay.wire import OVERHEAD, Framer, ipv4_ends, sender_index
 
 log = logging.getLogger("workers.overlay")  # the package's, as before the split
 
@@ -71,7 +70,7 @@ class _Tun:
     index: int
     address: bytes
     fd: int
-    pidfd: int | None
+    pidfd: int
     name: str
 
 
@@ -91,11 +90,9 @@ def _is_pidfd(fd: int) -> bool:
 class Forwarder:
     def __init__(self, config: OverlayConfig, sockets: Sockets) -> None:
         self.config = config
-        self.sockets = sockets
         self.udp = sockets.udp
-        if sockets.control is None:
-            raise OverlayError("the control socket is not bound")
         self.control = sockets.control
+        self.mtu_max = config.mtu + OVERHEAD  # a longer datagram is no member's packet
         self.framer = Framer(config.key_bytes, config.session_id)
         self.counts = Counts()
         here = sockets.address[:2]
@@ -150,9 +147,6 @@ class Forwarder:
             wake_w.close()
 
     def _signals(self, wake: socket.socket) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
         def _stop(signum: int, frame: FrameType | None) -> None:
             self.stopping = f"signal {signal.Signals(signum).name}"
 
@@ -228,20 +222,24 @@ class Forwarder:
                 self.counts.errors += 1
                 return
             self.counts.udp_in += 1
-            if int.from_bytes(frame[1:3]) not in self.remote_index:
+            if len(frame) > self.mtu_max:
+                self._bad("bad_tag")  # longer than any packet of ours: not opened
+                continue
+            index = sender_index(frame)
+            source = self.remote_index.get(index)
+            if source is None:
                 self.counts.dropped += 1  # no remote member's: no window kept for it
                 continue
-            opened = self.framer.unseal(frame)
+            opened = self.framer.unseal(frame, index)
             if isinstance(opened, str):
                 self._bad(opened)
                 continue
-            index, packet = opened
-            ends = ipv4_ends(packet)
-            if ends is None or ends[0] != self.remote_index[index]:
+            ends = ipv4_ends(opened)
+            if ends is None or ends[0] != source:
                 self.counts.dropped += 1
                 continue
             if (tun := self.attached.get(ends[1])) is not None:
-                self._to_tun(tun, packet)
+                self._to_tun(tun, opened)
             else:
                 self.counts.dropped += 1
 
@@ -322,13 +320,13 @@ class Forwarder:
             return {"error": 'expected {"index": N}'}
         if index not in self.local_members:
             return {"error": f"member {index} is not one of this node's"}
-        if len(fds) not in (1, 2):
-            return {"error": "expected a TUN fd (and a pidfd)"}
+        if len(fds) != 2:
+            return {"error": "expected a TUN fd and a pidfd"}
         name = tun_name(fds[0])
         if name is None:
             return {"error": "the fd is not a TUN set up with IFF_TUN|IFF_NO_PI"}
-        pidfd = fds[1] if len(fds) == 2 else None
-        if pidfd is not None and not _is_pidfd(pidfd):
+        pidfd = fds[1]
+        if not _is_pidfd(pidfd):
             return {"error": "the second fd is not a pidfd"}
         address = self.local_members[index]
         if (old := self.attached.get(address)) is not None:
@@ -337,10 +335,9 @@ class Forwarder:
         tun = _Tun(index=index, address=address, fd=fds[0], pidfd=pidfd, name=name)
         self.attached[address] = tun
         self.selector.register(tun.fd, selectors.EVENT_READ, lambda _: self._from_tun(tun))
-        if pidfd is not None:
-            self.selector.register(
-                pidfd, selectors.EVENT_READ, lambda _: self._detach(tun, "its process ended")
-            )
+        self.selector.register(
+            pidfd, selectors.EVENT_READ, lambda _: self._detach(tun, "its process ended")
+        )
         self.idle_since = None
         log.info("overlay %s: member %d attached (%s, %s)", self.config.session_id, index,
                  name, ipaddress.IPv4Address(address))  # fmt: skip
@@ -351,23 +348,12 @@ class Forwarder:
             return
         del self.attached[tun.address]
         for fd in (tun.fd, tun.pidfd):
-            if fd is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.selector.unregister(fd)
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if why is not None:
             log.info("overlay %s: member %d detached (%s)", self.config.session_id,
                      tun.index, why)  # fmt: skip
         if not self.attached:
             self.idle_since = time.monotonic()
-
-
-def serve(config: OverlayConfig) -> Counts:
-    """Run the forwarder of *config* until a signal or its idle time ends it: its counts.
-    Signals are handled only when called in the main thread."""
-    sockets = Sockets(config)
-    try:
-        return Forwarder(config, sockets).run()
-    finally:
-        sockets.close()

@@ -29,10 +29,7 @@ class Sockets:
     def __init__(self, config: OverlayConfig) -> None:
         family, self.address = resolve(config.listen_host, config.listen_port)
         self.udp = socket.socket(family, socket.SOCK_DGRAM)
-        self.control: socket.socket | None = None
-        self.control_ino: tuple[int, int] | None = None
         try:
-            self.udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
             for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
                 with contextlib.suppress(OSError):
                     self.udp.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
@@ -40,50 +37,47 @@ class Sockets:
                 self.udp.setsockopt(socket.IPPROTO_IP, _IP_MTU_DISCOVER, _IP_PMTUDISC_DONT)
             self.udp.bind(self.address)
             self.udp.setblocking(False)
-            self.control = self._bind_control(config)
+            self.control, self.control_ino = _bind_control(config.control)
         except BaseException:
-            self.close(unlink=False)
+            self.udp.close()
             raise
 
-    def _bind_control(self, config: OverlayConfig) -> socket.socket:
-        path = config.control
-        with contextlib.suppress(FileNotFoundError):
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise OverlayError(f"control path {path} exists and is not a socket")
-            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
-                probe.settimeout(1.0)
-                try:
-                    probe.connect(path)
-                except OSError:
-                    os.unlink(path)  # a stale one, nobody listens there
-                else:
-                    raise OverlayError(f"control socket {path} is in use")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            old = os.umask(0o177)
-            try:
-                sock.bind(path)
-            finally:
-                os.umask(old)
-            if config.control_owner is not None:
-                os.chown(path, config.control_owner, -1)
-            os.chmod(path, config.control_mode)
-            st = os.stat(path)
-            self.control_ino = (st.st_dev, st.st_ino)
-            sock.listen(MAX_CLIENTS)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-
-    def close(self, *, unlink: bool = True) -> None:
+    def close(self) -> None:
         self.udp.close()
-        if self.control is not None:
-            path = self.control.getsockname()
-            self.control.close()
-            if unlink and self.control_ino is not None:
-                with contextlib.suppress(OSError):
-                    st = os.stat(path)
-                    if (st.st_dev, st.st_ino) == self.control_ino:  # still ours
-                        os.unlink(path)
+        path = self.control.getsockname()
+        self.control.close()
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) == self.control_ino:  # still ours
+                os.unlink(path)
+
+
+def _bind_control(path: str) -> tuple[socket.socket, tuple[int, int]]:
+    """The control socket at *path*, mode 0600 (a stale one there is replaced), and its
+    (device, inode)."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise OverlayError(f"control path {path} exists and is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as probe:
+            probe.settimeout(1.0)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # a stale one, nobody listens there
+            else:
+                raise OverlayError(f"control socket {path} is in use")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        old = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        st = os.stat(path)
+        sock.listen(MAX_CLIENTS)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, (st.st_dev, st.st_ino)

@@ -4,7 +4,6 @@ makes the TUN (ioctls, no ip(8)) and hands its fd to the forwarder over SCM_RIGH
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import fcntl
 import ipaddress
@@ -17,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from plugins.runtimes.nsenter import NsenterFailed, run_in_netns
 from workers.overlay.config import OverlayError
-from workers.overlay.process import helper_env, nsenter
+from workers.overlay.process import helper_env
 
 # linux/if_tun.h, linux/sockios.h, net/if.h
 _TUNSETIFF: Final = 0x400454CA
@@ -31,6 +31,7 @@ _SIOCSIFFLAGS: Final = 0x8914
 _SIOCSIFADDR: Final = 0x8916
 _SIOCSIFNETMASK: Final = 0x891C
 _SIOCSIFMTU: Final = 0x8922
+_HAND_OVER_S: Final = 5.0  # the forwarder's answer, at most
 
 
 async def attach(
@@ -47,31 +48,16 @@ async def attach(
     """Make TUN *ifname* with *address*/*prefix* in the network namespace of process *pid*
     (a container created but not started) and hand it to the forwarder at *control* as
     member *index*. The forwarder lets go of it when *pid* ends."""
-    argv = [*nsenter(pid), sys.executable, "-m", "workers.overlay", "tun",
+    argv = [sys.executable, "-m", "workers.overlay", "tun",
             "--ifname", ifname, "--address", f"{address}/{prefix}", "--mtu", str(mtu),
             "--index", str(index), "--control", control, "--pid", str(pid)]  # fmt: skip
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=helper_env(),
-        )
-    except OSError as exc:
-        raise OverlayError(f"cannot attach {ifname} to process {pid}: {exc}") from exc
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise OverlayError(f"attaching {ifname} to process {pid} took over {timeout:g} s") from None
-    if proc.returncode != 0:
-        lines = err.decode(errors="replace").strip().splitlines()
-        raise OverlayError(
-            f"cannot attach {ifname} to process {pid} ({proc.returncode}): "
-            f"{lines[-1] if lines else 'no message'}"
-        )
+        await run_in_netns(
+            pid, argv, what=f"attaching {ifname} to process {pid}", env=helper_env(),
+            timeout=timeout,
+        )  # fmt: skip
+    except NsenterFailed as exc:
+        raise OverlayError(str(exc)) from None
 
 
 def _ifreq(name: bytes, data: bytes = b"") -> bytes:
@@ -106,9 +92,9 @@ def _make_tun(ifname: str, interface: ipaddress.IPv4Interface, mtu: int) -> int:
     return fd
 
 
-def _hand_over(control: str, index: int, fds: Sequence[int], timeout: float) -> None:
+def _hand_over(control: str, index: int, fds: Sequence[int]) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-        s.settimeout(timeout)
+        s.settimeout(_HAND_OVER_S)
         s.connect(control)
         socket.send_fds(s, [json.dumps({"index": index}).encode()], list(fds))
         reply = s.recv(4096)
@@ -124,11 +110,10 @@ def tun_main(args: argparse.Namespace) -> int:
     step = f"create {args.ifname}"
     try:
         opened.append(_make_tun(args.ifname, interface, args.mtu))
-        if args.pid is not None:
-            step = f"open a pidfd of process {args.pid}"
-            opened.append(os.pidfd_open(args.pid))
+        step = f"open a pidfd of process {args.pid}"
+        opened.append(os.pidfd_open(args.pid))
         step = f"hand {args.ifname} to {args.control}"
-        _hand_over(args.control, args.index, opened, args.timeout)
+        _hand_over(args.control, args.index, opened)
     except (OSError, OverlayError, ValueError) as exc:
         print(f"overlay tun: {step}: {exc}", file=sys.stderr)
         return 1

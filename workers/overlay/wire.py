@@ -41,6 +41,7 @@ VERSION: Final = 2
 MAC_LEN: Final = 16  # the Poly1305 tag, after the ciphertext
 _BOOT_LEN: Final = 4
 _HEADER: Final = struct.Struct("!BH4sHI")  # version, sender index, boot, 48-bit counter
+_AFTER_INDEX: Final = struct.Struct("!4sHI")  # boot, counter: the header past the index
 HEADER_LEN: Final = _HEADER.size  # 13
 OVERHEAD: Final = HEADER_LEN + MAC_LEN  # bytes a packet grows by on the wire: 29
 REPLAY_WINDOW: Final = 64  # counters remembered below a sender boot's highest
@@ -77,26 +78,16 @@ class _Window:
 
 
 class Framer:
-    """Seals packets for the wire and opens what comes from it (one per forwarder: it holds
-    the send counter of this forwarder's boot and the replay windows of its senders).
+    """Seals packets for the wire and opens what comes from it, as the module's docstring
+    says (one per forwarder: it holds the boot and send counter, and the replay windows of
+    its senders)."""
 
-    The AEAD key is HKDF-SHA256 of the session key with a fixed label and the session id,
-    never the session key itself. Each frame's nonce is sender index ‖ boot ‖ counter: the
-    boot is random per Framer, the counter counts every frame it seals (whatever the index)
-    and never wraps, so no nonce is used twice unless two boots of one sender draw the same
-    4 random bytes (1 in 2**32 per pair of boots of a session's forwarder)."""
-
-    def __init__(
-        self, key: bytes, session_id: str, index: int = 0, *, boot: bytes | None = None
-    ) -> None:
-        if not 0 <= index < 1 << 16:
-            raise ValueError(f"index {index} is not within 0..65535")
+    def __init__(self, key: bytes, session_id: str, *, boot: bytes | None = None) -> None:
         self._session = session_id.encode()
         aead_key = HKDF(
             algorithm=hashes.SHA256(), length=32, salt=None, info=_DOMAIN + self._session
         ).derive(key)
         self._aead = ChaCha20Poly1305(aead_key)
-        self.index = index
         self.boot = os.urandom(_BOOT_LEN) if boot is None else boot
         if len(self.boot) != _BOOT_LEN:
             raise ValueError(f"boot must be {_BOOT_LEN} bytes")
@@ -104,32 +95,32 @@ class Framer:
         # sender index -> its boots' windows, the most recently used last
         self._windows: dict[int, dict[bytes, _Window]] = {}
 
-    def seal(self, packet: bytes, *, index: int | None = None) -> bytes:
-        """*packet* encrypted in a frame from member *index* (the Framer's own by default).
-        Raises OverflowError once 2**48 frames were sealed: a new Framer (boot) must go on."""
+    def seal(self, packet: bytes, *, index: int) -> bytes:
+        """*packet* encrypted in a frame from member *index*. Raises OverflowError once
+        2**48 frames were sealed: a new Framer (boot) must go on."""
         counter = self._next
         if counter > _COUNTER_MAX:
             raise OverflowError("the overlay's frame counter is spent")
         self._next = counter + 1
-        header = _HEADER.pack(
-            VERSION, self.index if index is None else index, self.boot,
-            counter >> 32, counter & 0xFFFFFFFF,
-        )  # fmt: skip
+        header = _HEADER.pack(VERSION, index, self.boot, counter >> 32, counter & 0xFFFFFFFF)
         return header + self._aead.encrypt(header[1:], packet, header + self._session)
 
-    def unseal(self, frame: bytes) -> tuple[int, bytes] | str:
-        """(sender index, packet) of *frame*, or why it is dropped: "bad_tag" (a wrong
-        version, length, key, session or any changed bit) or "replay" (its counter was
-        seen from that sender's boot, or is older than its window)."""
+    def unseal(self, frame: bytes, index: int | None = None) -> bytes | str:
+        """The packet of *frame*, or why it is dropped: "bad_tag" (a wrong version, length,
+        key, session or any changed bit) or "replay" (its counter was seen from that
+        sender's boot, or is older than its window). *index* is its sender_index() if the
+        caller has read it already."""
         if len(frame) <= OVERHEAD or frame[0] != VERSION:
             return "bad_tag"
-        header = frame[:HEADER_LEN]
-        _, index, boot, high, low = _HEADER.unpack(header)
+        if index is None:
+            index = sender_index(frame)
+        boot, high, low = _AFTER_INDEX.unpack_from(frame, 3)
         counter = high << 32 | low
         boots = self._windows.get(index)
         window = boots.get(boot) if boots is not None else None
         if window is not None and not window.fresh(counter):
             return "replay"  # known without the cost of opening it
+        header = frame[:HEADER_LEN]
         try:
             packet = self._aead.decrypt(header[1:], frame[HEADER_LEN:], header + self._session)
         except InvalidTag:
@@ -144,12 +135,12 @@ class Framer:
         elif next(reversed(boots)) != boot:
             boots[boot] = boots.pop(boot)
         window.mark(counter)
-        return index, packet
+        return packet
 
-    def open(self, frame: bytes) -> bytes | None:
-        """The packet in *frame*, or None if it is refused (see unseal)."""
-        opened = self.unseal(frame)
-        return None if isinstance(opened, str) else opened[1]
+
+def sender_index(frame: bytes) -> int:
+    """The sender index a frame's header claims (not yet authenticated)."""
+    return int.from_bytes(frame[1:3])
 
 
 def ipv4_ends(packet: bytes) -> tuple[bytes, bytes] | None:

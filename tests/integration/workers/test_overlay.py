@@ -36,7 +36,16 @@ import pytest
 from needs import missing
 from waiting import until_sync
 
-from workers.overlay import Framer, Member, OverlayConfig, OverlayError, attach, spawn, stop
+from workers.overlay import (
+    Framer,
+    Member,
+    OverlayConfig,
+    OverlayError,
+    attach,
+    is_forwarder,
+    spawn,
+    stop,
+)
 
 NODE_A, NODE_B = "10.232.0.1", "10.232.0.2"
 PORT_A, PORT_B = 47001, 47002
@@ -127,6 +136,16 @@ class Net:
         )
         return done.stdout.strip()
 
+    def alive(self, node: str) -> bool:
+        """Whether forwarder *node* runs and answers on its control socket."""
+        if not is_forwarder(self.forwarders[node], self.configs[node].control):
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(5)
+            s.connect(self.configs[node].control)
+            s.send(b"{}")
+            return b"error" in s.recv(4096)
+
     def has_link(self, name: str) -> bool:
         done = subprocess.run(
             ["ip", "-n", self.ns[name], "link", "show", "jg0"], capture_output=True, timeout=30
@@ -189,8 +208,8 @@ def net() -> Iterator[Net]:
             asyncio.run(attach(it.pid(name), control, "jg0", address, 24, 1380, index))
         yield it
     finally:
-        for pid in it.forwarders.values():
-            stop(pid)
+        for node, pid in it.forwarders.items():
+            stop(pid, it.configs[node].control)
         for proc in holders.values():
             proc.kill()
             proc.wait(10)
@@ -276,22 +295,21 @@ def test_a_forged_tampered_replayed_or_spoofed_datagram_is_dropped_and_counted(
     net: Net,
 ) -> None:
     session = net.configs["b"].session_id
-    right = Framer(bytes.fromhex(net.key), session, 0)  # as node a's forwarder for c1
-    wrong = Framer(os.urandom(32), session, 0)
-    first = right.seal(_udp_packet(C1, C2, UDP_PORT, b"first"))
-    tampered = bytearray(right.seal(_udp_packet(C1, C2, UDP_PORT, b"tampered")))
+    right = Framer(bytes.fromhex(net.key), session)  # as node a's forwarder for c1
+    wrong = Framer(os.urandom(32), session)
+    first = right.seal(_udp_packet(C1, C2, UDP_PORT, b"first"), index=0)
+    tampered = bytearray(right.seal(_udp_packet(C1, C2, UDP_PORT, b"tampered"), index=0))
     tampered[-1] ^= 0x01  # the tag's last bit
     frames = [
-        wrong.seal(_udp_packet(C1, C2, UDP_PORT, b"bad")),  # another key
+        wrong.seal(_udp_packet(C1, C2, UDP_PORT, b"bad"), index=0),  # another key
         bytes(tampered),
-        right.seal(_udp_packet(C2, C2, UDP_PORT, b"spoofed")),  # a local member as source
-        right.seal(_udp_packet(C3, C2, UDP_PORT, b"c3 as 0")),  # member 2's source, index 0
-        Framer(bytes.fromhex(net.key), session, 1).seal(  # c2's own index, from outside
-            _udp_packet(C2, C2, UDP_PORT, b"index 1")
-        ),
+        right.seal(_udp_packet(C1, C2, UDP_PORT, b"x" * 1400), index=0),  # over mtu: not opened
+        right.seal(_udp_packet(C2, C2, UDP_PORT, b"spoofed"), index=0),  # a local member as source
+        right.seal(_udp_packet(C3, C2, UDP_PORT, b"c3 as 0"), index=0),  # member 2's, index 0
+        right.seal(_udp_packet(C2, C2, UDP_PORT, b"index 1"), index=1),  # c2's own, from outside
         first,
         first,  # replayed
-        right.seal(_udp_packet(C1, C2, UDP_PORT, b"good")),  # proves the way is open
+        right.seal(_udp_packet(C1, C2, UDP_PORT, b"good"), index=0),  # proves the way is open
     ]
     listener = _listener(net.ns["c2"], SERVE_UDP)
     try:
@@ -304,10 +322,11 @@ def test_a_forged_tampered_replayed_or_spoofed_datagram_is_dropped_and_counted(
     finally:
         out = _end(listener)
     assert out.splitlines() == ["first", "good"]
-    stop(net.forwarders.pop("b"))
+    assert net.alive("b")
+    stop(net.forwarders.pop("b"), net.configs["b"].control)
     log = net.log("b")
     counts = dict(kv.split("=") for kv in log.rsplit(": ", 1)[1].split())
-    assert (counts["bad_tag"], counts["replay"]) == ("2", "1"), log
+    assert (counts["bad_tag"], counts["replay"]) == ("3", "1"), log
     assert int(counts["dropped"]) >= 3, log  # the spoofed source and sender indexes
     assert net.key not in log
     assert net.key not in net.log("a")
@@ -318,7 +337,7 @@ def test_a_container_loses_the_link_with_its_forwarder_and_lets_go_when_it_ends(
 ) -> None:
     assert net.connect("c1", C2).startswith("failed")  # nobody listens there yet ...
     assert "Refused" in net.connect("c1", C2)  # ... refused by c2 itself: the link is up
-    assert stop(net.forwarders.pop("b"))
+    assert stop(net.forwarders.pop("b"), net.configs["b"].control)
     until_sync(lambda: not net.has_link("c2"), timeout=10, what="c2's jg0 gone")
     said = net.connect("c1", C2, timeout=2)
     assert said.startswith("failed"), said
@@ -334,18 +353,74 @@ def test_a_container_loses_the_link_with_its_forwarder_and_lets_go_when_it_ends(
         what="forwarder A saying it let go of member 2",
     )
     assert net.has_link("c1")
-    assert "ends" not in net.log("a")  # c1 is still attached: A runs on
+    assert net.alive("a")  # c1 is still attached: A runs on
 
 
-def test_attach_says_why_it_failed(net: Net) -> None:
+def _ask(control: str, message: bytes, fds: list[int]) -> str:
+    """What the forwarder at *control* answers to *message* with *fds*."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(5)
+        s.connect(control)
+        socket.send_fds(s, [message], fds)
+        answer: str = json.loads(s.recv(4096))["error"]
+        return answer
+
+
+def test_attach_says_why_it_failed_and_a_clients_mistakes_never_end_a_forwarder(
+    net: Net,
+) -> None:
     control_a = net.configs["a"].control
+    # the forwarder refuses: c2's member is node b's
     with pytest.raises(OverlayError, match="member 1 is not one of this node's"):
         asyncio.run(attach(net.pid("c2"), control_a, "jg1", C2, 24, 1380, 1))
+    with pytest.raises(OverlayError, match="member 7 is not one of this node's"):
+        asyncio.run(attach(net.pid("c2"), control_a, "jg2", C2, 24, 1380, 7))
+    # the helper fails before it reaches a forwarder
     with pytest.raises(OverlayError, match="create jg0"):  # c1 has a jg0 already
         asyncio.run(attach(net.pid("c1"), control_a, "jg0", C1, 24, 1380, 0))
-    with pytest.raises(OverlayError, match="hand jg2"):
-        asyncio.run(attach(net.pid("c1"), str(net.dir / "none.sock"), "jg2", C1, 24, 1380, 0))
-    assert "ends" not in net.log("a")  # a client's mistakes never end a forwarder
+    with pytest.raises(OverlayError, match="hand jg3"):
+        asyncio.run(attach(net.pid("c1"), str(net.dir / "none.sock"), "jg3", C1, 24, 1380, 0))
+    # what only a broken client sends, straight to the forwarder
+    with open("/dev/null", "rb") as null:
+        pidfd = os.pidfd_open(net.pid("c1"))
+        try:
+            assert "JSONDecodeError" in _ask(control_a, b"not json", [])
+            assert "index" in _ask(control_a, b'{"index": "0"}', [])
+            assert "a TUN fd and a pidfd" in _ask(control_a, b'{"index": 0}', [pidfd])
+            assert "not a TUN" in _ask(control_a, b'{"index": 0}', [null.fileno(), pidfd])
+        finally:
+            os.close(pidfd)
+    assert net.alive("a")
+    server = _listener(net.ns["c1"], SERVE_TCP)
+    try:
+        assert net.connect("c3", C1) == C3  # c1 and c3 still attached, through A
+    finally:
+        server.kill()
+        _end(server)
+
+
+def test_only_the_forwarder_of_that_control_socket_is_recognised_and_stopped(net: Net) -> None:
+    control_a, control_b = net.configs["a"].control, net.configs["b"].control
+    assert os.stat(control_a).st_mode & 0o777 == 0o600
+    pid_a = net.forwarders["a"]
+    assert is_forwarder(pid_a, control_a)
+    assert not is_forwarder(pid_a, control_b)  # another session's (or node's) forwarder
+    assert not stop(pid_a, control_b)
+    assert net.alive("a")
+    # a stale pid, reused by a process that is no forwarder or that of another control
+    for argv in (
+        ["sleep", "60"],
+        [sys.executable, "-c", "import time; time.sleep(60)", "workers.overlay", "serve",
+         "--control", str(net.dir / "other.sock")],
+    ):  # fmt: skip
+        sleeper = subprocess.Popen(argv)
+        try:
+            assert not is_forwarder(sleeper.pid, control_a)
+            assert not stop(sleeper.pid, control_a, grace=0.1)
+            assert sleeper.poll() is None  # left alone
+        finally:
+            sleeper.kill()
+            sleeper.wait(10)
 
 
 def test_a_forwarder_with_no_tun_ends_by_itself() -> None:
@@ -375,6 +450,14 @@ def test_a_forwarder_with_no_tun_ends_by_itself() -> None:
         log = (work / "log").read_text()
         assert "ends (idle 1 s without a TUN)" in log
         assert not (work / "c.sock").exists()
+        # the command line must name the config's control socket (what stop() checks)
+        said = subprocess.run(
+            [sys.executable, "-m", "workers.overlay", "serve", "--config", "-", "--detach",
+             "--control", str(work / "other.sock")],
+            input=config.to_json(), capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert said.returncode == 2
+        assert "is not the config's" in said.stdout
         # a port in use: spawn says so
         with _bound_udp() as port:
             busy = OverlayConfig.from_dict({**json.loads(config.to_json()), "listen_port": port})
