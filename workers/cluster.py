@@ -28,12 +28,13 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import logging
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Final
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -58,10 +59,11 @@ __all__ = [
     "write_config",
 ]
 
+log = logging.getLogger(__name__)
 HOSTFILE = f"{CLUSTER_CONFIG_TARGET}/hostfile"
 _KNOWN_ALIAS = "jobgate-cluster"
 #: the overlay inside each container of a multi-node session: its interface, network
-#: and MTU (its packets travel in UDP with a 16-byte tag over the nodes' network)
+#: and MTU (its packets travel in UDP over the nodes' network, 29 bytes bigger: wire.py)
 OVERLAY_IFNAME = "jg0"
 OVERLAY_NETWORK = "10.254.0"
 OVERLAY_PREFIX = 24
@@ -220,9 +222,13 @@ def cluster_net(
 
 class Overlays:
     """The overlay forwarders of this node's multi-node sessions: one per session, made
-    with its first container here, stopped after its last (workers/overlay/). A
-    forwarder outlives a worker restart as the containers do: its pid is kept in
-    ``ROOT/<session>/forwarder.pid``; and it ends by itself once its containers are gone."""
+    with its first container here, stopped after its last (workers/overlay/).
+
+    Each session's state is ``ROOT/<session>/``: ``forwarder.pid``, ``forwarder.log`` and
+    ``control`` (the path of the forwarder's control socket, in a directory of its own
+    that ``mkdtemp`` made: a unix socket's path may not exceed 107 bytes, and a random
+    name cannot be taken in advance by another local user). A forwarder outlives a worker
+    restart as the containers do; it also ends by itself once its containers are gone."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -233,17 +239,6 @@ class Overlays:
         if not valid_session_id(session_id):
             raise ValueError(f"not a session id: {session_id!r}")
         return self.root / session_id
-
-    def _control(self, session_id: str) -> Path:
-        """The forwarder's control socket: a short path (a unix socket's may not exceed
-        107 bytes) in a directory of this user's own, 0700."""
-        sockets = Path(tempfile.gettempdir()) / f"jobgate-overlay-{os.getuid()}"
-        sockets.mkdir(mode=0o700, exist_ok=True)
-        info = sockets.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-            raise OSError(f"{sockets} is not a private directory of this user")
-        digest = hashlib.sha256(f"{self.root}\0{session_id}".encode()).hexdigest()[:16]
-        return sockets / f"{digest}.sock"
 
     async def ensure(
         self, session_id: str, cluster: WireCluster, netns_pid: int | None
@@ -256,10 +251,11 @@ class Overlays:
                 "(a scheduler older than this worker)"
             )
         directory = self._dir(session_id)
-        control = self._control(session_id)
-        pid_file = directory / "forwarder.pid"
-        if not _alive(pid_file, control):
+        control = _running(directory)
+        if control is None:
+            await asyncio.to_thread(_forget, directory)  # a forwarder that ended
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            control = Path(tempfile.mkdtemp(prefix=_SOCKETS)) / "control.sock"
             config = overlay.OverlayConfig(
                 session_id=session_id,
                 key=overlay_key(cluster.ssh_seed),
@@ -277,10 +273,11 @@ class Overlays:
                 ),
                 control=str(control),
             )
+            (directory / "control").write_text(str(control))
             pid = await asyncio.to_thread(
                 overlay.spawn, config, netns_pid, directory / "forwarder.log"
             )
-            pid_file.write_text(str(pid))
+            (directory / "forwarder.pid").write_text(str(pid))
         return functools.partial(
             overlay.attach,
             control=str(control),
@@ -292,13 +289,61 @@ class Overlays:
         )
 
     async def done(self, session_id: str) -> None:
-        """The session's last container here is gone: stop its forwarder."""
+        """The session's last container here is gone: stop its forwarder, keep the counts
+        it logged at its end in the worker's log, and forget the session."""
         directory = self._dir(session_id)
+        control = _control(directory)
         pid = _pid(directory / "forwarder.pid")
-        if pid is not None:  # stop() leaves a pid that is not a forwarder alone
-            await asyncio.to_thread(overlay.stop, pid)
-        shutil.rmtree(directory, ignore_errors=True)
-        self._control(session_id).unlink(missing_ok=True)
+        if pid is not None and control is not None:  # stop() leaves any other pid alone
+            await asyncio.to_thread(overlay.stop, pid, str(control))
+        for line in _tail(directory / "forwarder.log"):
+            log.info("overlay of session %s: %s", session_id, line)
+        await asyncio.to_thread(_forget, directory)
+
+    async def sweep(self, live: set[str]) -> None:
+        """After a restart: forget the sessions none of whose containers is here."""
+        names = [p.name for p in self.root.iterdir()] if self.root.is_dir() else []
+        for session_id in sorted(set(names) - live):
+            if valid_session_id(session_id):
+                await self.done(session_id)
+
+
+#: the prefix of the directories (under the temporary directory) of control sockets
+_SOCKETS: Final = "jobgate-overlay-"
+
+
+def _control(directory: Path) -> Path | None:
+    """The control socket a session's state names, if it is one of ours."""
+    try:
+        path = Path((directory / "control").read_text())
+    except OSError:
+        return None
+    ours = path.parent.parent == Path(tempfile.gettempdir())
+    return path if ours and path.parent.name.startswith(_SOCKETS) else None
+
+
+def _running(directory: Path) -> Path | None:
+    """The control socket of the session's forwarder, if that forwarder runs."""
+    control = _control(directory)
+    pid = _pid(directory / "forwarder.pid")
+    if control is None or pid is None or not control.is_socket():
+        return None
+    return control if overlay.is_forwarder(pid, str(control)) else None
+
+
+def _forget(directory: Path) -> None:
+    """Remove a session's state and its control socket's directory."""
+    control = _control(directory)
+    if control is not None:
+        shutil.rmtree(control.parent, ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _tail(path: Path, lines: int = 3) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
 
 
 def _pid(path: Path) -> int | None:
@@ -306,9 +351,3 @@ def _pid(path: Path) -> int | None:
         return int(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid_file: Path, control: Path) -> bool:
-    """Whether the forwarder *pid_file* names runs, with its control socket."""
-    pid = _pid(pid_file)
-    return pid is not None and overlay.is_forwarder(pid) and control.is_socket()

@@ -199,11 +199,16 @@ class NodeAgent:
         self._recovered.clear()
 
     async def sweep_networks(self) -> None:
-        """Remove the session networks no container here uses any more (a worker killed
-        while a cluster session ran leaves its network behind)."""
+        """Remove the session networks and overlays no container here uses any more (a
+        worker killed while a cluster session ran leaves them behind)."""
         if not isinstance(self.runtime, NetworkRuntime):
             return
-        live = {cluster_network(k.state.session_id) for k in self.kernels.values()}
+        sessions = {k.state.session_id for k in self.kernels.values()}
+        try:
+            await self.overlays.sweep(sessions)
+        except (OSError, OverlayError) as exc:
+            log.warning("sweeping session overlays: %s", exc)
+        live = {cluster_network(s) for s in sessions}
         try:
             for name in await self.runtime.list_networks():
                 if name not in live:
@@ -333,7 +338,7 @@ class NodeAgent:
                 log.warning("removing the network of session %s: %s", session_id, exc)
             try:
                 await self.overlays.done(session_id)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, OverlayError) as exc:
                 log.warning("stopping the overlay of session %s: %s", session_id, exc)
         self.network_locks.pop(session_id, None)
 
