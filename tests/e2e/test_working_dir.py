@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from up_harness import UpStack
+from waiting import until_sync
 
 TRAIN = """\
 import os
@@ -178,7 +179,13 @@ def test_rootless_podman_runs_the_script_in_home_work(
         assert second.returncode == 0, second.stderr
         assert "already on the gateway, not uploaded" in second.stderr
         assert second.stdout.splitlines()[2] == "data 1,2,3"
-        assert list((reachable / "workdirs" / "kernels").iterdir()) == []  # copies removed
+        # the copies are removed once the worker has reported the end: `run` may return first
+        until_sync(
+            lambda: list((reachable / "workdirs" / "kernels").iterdir()) == [],
+            timeout=30,
+            interval=0.1,
+            what="the kernels' copies removed",
+        )
         (cached,) = (reachable / "workdirs" / "cache" / "sha256").iterdir()
         assert cached.name == blobs(stack)[0].name
     finally:
