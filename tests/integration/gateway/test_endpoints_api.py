@@ -434,9 +434,11 @@ async def test_controller_reconciles_replicas_status_updates_and_zero(
 
             async def at_zero() -> dict[str, Any] | None:
                 e = await _show(api, "zero")
-                return e if e["status"] == "SCALED_TO_ZERO" else None
+                # its route is published after the commit that shows the status
+                routed = await redis.get(endpoint_route_key("zero")) is not None
+                return e if e["status"] == "SCALED_TO_ZERO" and routed else None
 
-            await until(at_zero, timeout=20, interval=0.2, what="at zero")
+            await until(at_zero, timeout=20, interval=0.2, what="at zero, and routed")
             raw = await redis.get(endpoint_route_key("zero"))
             assert EndpointRoute.from_json(raw).replicas == ()
             # a burst of held requests: one wake key (SET NX), many messages
