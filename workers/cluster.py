@@ -28,6 +28,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import shutil
@@ -210,14 +211,29 @@ def cluster_net(
     session_id: str,
     config_dir: Path | None,
     attach: Callable[[int], Awaitable[None]] | None = None,
+    subnet: str | None = None,
 ) -> ClusterNet:
     """How the runtime connects this container; *attach* (multi-node): joins the created
-    container (its pid) to the session's overlay."""
+    container (its pid) to the session's overlay; *subnet* (single-node): the session's
+    network, in which container *i* has the fixed address ``.i+2`` (``.1`` is the
+    bridge), so every peer is in ``/etc/hosts`` before any of them starts."""
     me = cluster.members[cluster.index]
     if cluster.mode == "single-node":
-        return ClusterNet(me.hostname, cluster_network(session_id), {}, config_dir)
+        return ClusterNet(
+            me.hostname, cluster_network(session_id), _fixed(cluster, subnet), config_dir
+        )
     hosts = {m.hostname: overlay_address(i) for i, m in enumerate(cluster.members)}
     return ClusterNet(me.hostname, None, hosts, config_dir, link=OVERLAY_IFNAME, attach=attach)
+
+
+def _fixed(cluster: WireCluster, subnet: str | None) -> dict[str, str]:
+    """Each container's address in the single-node session's *subnet* (none without)."""
+    if subnet is None:
+        return {}
+    net = ipaddress.ip_network(subnet, strict=False)
+    if net.version != 4 or net.num_addresses < len(cluster.members) + 3:
+        raise ValueError(f"the session's network {subnet} has no room for {len(cluster.members)}")
+    return {m.hostname: str(net.network_address + i + 2) for i, m in enumerate(cluster.members)}
 
 
 class Overlays:

@@ -304,7 +304,6 @@ class NodeAgent:
             return dataclasses.replace(
                 spec, cluster=cluster_net(cluster, job.session_id, config_dir)
             )
-        attach = None
         async with self._network_lock(job.session_id):
             if cluster.mode == "multi-node":
                 try:
@@ -312,9 +311,13 @@ class NodeAgent:
                     attach = await self.overlays.ensure(job.session_id, cluster, netns)
                 except (ValueError, OSError, OverlayError) as exc:
                     raise RuntimeFailure(f"cannot join the session's overlay: {exc}") from exc
-            net = cluster_net(cluster, job.session_id, config_dir, attach)
-            if net.network is not None:
-                await self.runtime.create_network(net.network)
+                net = cluster_net(cluster, job.session_id, config_dir, attach)
+            else:
+                subnet = await self.runtime.create_network(cluster_network(job.session_id))
+                try:
+                    net = cluster_net(cluster, job.session_id, config_dir, subnet=subnet)
+                except ValueError as exc:
+                    raise RuntimeFailure(str(exc)) from exc
         return dataclasses.replace(spec, cluster=net)
 
     def _network_lock(self, session_id: str) -> asyncio.Lock:

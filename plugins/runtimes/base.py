@@ -155,12 +155,13 @@ class Egress:
 class ClusterNet:
     """How one container of a cluster session joins the others (the worker fills it).
 
+    ``hosts``: every container's name -> address, written into ``/etc/hosts`` (peers are
+    found without a DNS server, which may drop queries while networks come and go).
     ``network``: a private network (made with :class:`NetworkRuntime`) the container
-    joins under its ``hostname`` as DNS alias (single-node); None (multi-node): the
-    container keeps its own namespace like a lone one, and the peers are reached through
-    ``hosts`` (``/etc/hosts`` entries: name -> address) over the interface ``link``,
-    which ``attach`` puts into the created container (called with its pid before it
-    starts; a runtime without its own namespaces ignores both).
+    joins at its own address in ``hosts`` (single-node); None (multi-node): the
+    container keeps its own namespace like a lone one, and reaches the peers over the
+    interface ``link``, which ``attach`` puts into the created container (called with its
+    pid before it starts; a runtime without its own namespaces ignores both).
     ``config_dir``: the worker's per-container directory of ssh keys, ssh/sshd
     configuration and MPI hostfile, mounted at :data:`CLUSTER_CONFIG_TARGET`, its
     ``ssh`` folder at ``/root/.ssh``; ``sshd`` is started from there before the command.
@@ -179,10 +180,12 @@ CLUSTER_CONFIG_TARGET: Final = "/opt/jobgate/cluster"
 
 @runtime_checkable
 class NetworkRuntime(Protocol):
-    """A runtime that can make private networks with DNS (cluster sessions)."""
+    """A runtime that can make private networks (cluster sessions)."""
 
-    async def create_network(self, name: str) -> None:
-        """Create it (nothing if it exists); RuntimeFailure with the reason if it cannot."""
+    async def create_network(self, name: str) -> str:
+        """Create it (nothing if it exists); its IPv4 subnet (CIDR), from which the worker
+        gives each container of the session a fixed address. RuntimeFailure with the
+        reason if it cannot."""
         ...
 
     async def remove_network(self, name: str) -> None:

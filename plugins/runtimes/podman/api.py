@@ -224,6 +224,15 @@ class PodmanAPI:
             return
         raise RuntimeFailure(f"creating network {body.get('name')} failed: {message}")
 
+    def network_subnet(self, name: str) -> str:
+        """The network's (first) IPv4 subnet, as Podman chose it."""
+        info = self._request("GET", f"/networks/{quote(name)}/json", "network inspect").json()
+        for entry in info.get("subnets") or []:
+            subnet = str(entry.get("subnet") or "")
+            if subnet and ":" not in subnet:
+                return subnet
+        raise RuntimeFailure(f"network {name} has no IPv4 subnet")
+
     def network_remove(self, name: str) -> None:
         """Remove a network (its containers are gone); one already gone is fine."""
         try:

@@ -357,8 +357,9 @@ class PodmanRuntime:
             await self._run(self._api.remove, ref)
 
     # -- networks (cluster sessions) ----------------------------------------------------
-    async def create_network(self, name: str) -> None:
-        """A private bridge network with DNS (aardvark-dns), isolated from the others."""
+    async def create_network(self, name: str) -> str:
+        """A private bridge network, isolated from the others; its IPv4 subnet. (Its
+        aardvark-dns answers names outside; peers are in each container's /etc/hosts.)"""
         info = await self._run(self._api.info)
         backend = str((info.get("host") or {}).get("networkBackend") or "")
         if backend and backend != "netavark":
@@ -374,6 +375,7 @@ class PodmanRuntime:
             "options": {"isolate": "true"},
         }
         await self._run(self._api.network_create, body)
+        return await self._run(self._api.network_subnet, name)
 
     async def remove_network(self, name: str) -> None:
         await self._run(self._api.network_remove, name)

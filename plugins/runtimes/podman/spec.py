@@ -252,13 +252,15 @@ def _cluster_body(body: dict[str, Any], spec: KernelSpec) -> dict[str, Any]:
     if cluster is None:
         return body
     body["hostname"] = cluster.hostname
-    if cluster.network is not None:  # single-node: the session's own network, name as alias
+    if cluster.network is not None:  # single-node: the session's own network, fixed address
         body["netns"] = {"nsmode": "bridge"}
-        body["networks"] = {cluster.network: {"aliases": [cluster.hostname]}}
-    else:  # multi-node: its own namespace, as a lone container's; peers over the overlay
-        if cluster.attach is None:
-            raise InvalidSpec("a multi-node container needs its session's overlay")
-        body["hostadd"] = [f"{name}:{address}" for name, address in sorted(cluster.hosts.items())]
+        joined: dict[str, Any] = {"aliases": [cluster.hostname]}
+        if cluster.hostname in cluster.hosts:
+            joined["static_ips"] = [cluster.hosts[cluster.hostname]]
+        body["networks"] = {cluster.network: joined}
+    elif cluster.attach is None:  # multi-node: its own namespace; peers over the overlay
+        raise InvalidSpec("a multi-node container needs its session's overlay")
+    body["hostadd"] = [f"{name}:{address}" for name, address in sorted(cluster.hosts.items())]
     # sshd separates privileges into a chroot (Podman's default set has SYS_CHROOT too)
     body["cap_add"] = sorted({*body["cap_add"], "SYS_CHROOT"})
     if spec.command and cluster.config_dir is not None:

@@ -105,11 +105,16 @@ def test_a_seed_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
 def test_podman_joins_the_sessions_network_or_the_hosts_and_starts_sshd(tmp_path: Path) -> None:
     base = KernelSpec("k2", "s1", "n1", ["mpirun", "x"], image="localhost/jobgate-mpi:latest")
     settings = PodmanSettings(socket="unix:///run/podman.sock")
-    single = base.__class__(**{**_fields(base), "cluster": cluster_net(cluster(), "s1", tmp_path)})
+    single_net = cluster_net(cluster(), "s1", tmp_path, subnet="10.89.3.0/24")
+    single = base.__class__(**{**_fields(base), "cluster": single_net})
     body = create_body(single, settings, native=None, mem_label=None)
     assert body["hostname"] == "sub2"
     assert body["netns"] == {"nsmode": "bridge"}
-    assert body["networks"] == {"jobgate-s1": {"aliases": ["sub2"]}}
+    # a fixed address each, and every peer in /etc/hosts: no DNS server needed to find them
+    assert body["networks"] == {"jobgate-s1": {"aliases": ["sub2"], "static_ips": ["10.89.3.4"]}}
+    assert body["hostadd"] == ["main1:10.89.3.2", "sub1:10.89.3.3", "sub2:10.89.3.4"]
+    with pytest.raises(ValueError, match="no room for 3"):
+        cluster_net(cluster(), "s1", tmp_path, subnet="10.89.3.0/30")
     assert body["command"] == ["/bin/sh", "-c", SSHD_PREAMBLE, "jobgate-cluster", "mpirun", "x"]
     assert "SYS_CHROOT" in body["cap_add"]
     mounts = {m["destination"]: m["source"] for m in body["mounts"]}
@@ -144,7 +149,7 @@ class _NoNetworks(SimRuntime):
         super().__init__(SimSettings(), RuntimeContext("n1", tmp_path))
         self.removed: list[str] = []
 
-    async def create_network(self, name: str) -> None:
+    async def create_network(self, name: str) -> str:
         raise RuntimeFailure(f"cannot make network {name}: netavark is not installed")
 
     async def remove_network(self, name: str) -> None:
