@@ -214,11 +214,12 @@ class RedisTrace:
             t["schedule_enqueued"], "PSETEX arq:in-progress:schedule"
         )
         t["start_enqueued"] = self._first(wall0, "ZADD", f"start:{kernel_id}")
-        t["start_picked"] = self._first(wall0, f"PSETEX arq:in-progress:start:{kernel_id}")
+        # a node's jobs are n:{node}:..., its events e:{node}:... (contract/keys.py)
+        t["start_picked"] = self._first(wall0, "PSETEX arq:in-progress:n:", f":start:{kernel_id}")
         t["running_reported"] = self._first(
-            wall0, "PSETEX arq:job:events:", kernel_id, '"kind":"running"'
+            wall0, "PSETEX arq:job:e:", kernel_id, '"kind":"running"'
         )
-        t["running_picked"] = self._first(t["running_reported"], "PSETEX arq:in-progress:events:")
+        t["running_picked"] = self._first(t["running_reported"], "PSETEX arq:in-progress:e:")
         live = f"XADD jobgate:live:{session_id}"
         t["running_published"] = self._first(wall0, live, '"status":"RUNNING"')
         t["log_published"] = self._first(wall0, live, '"type":"log"')

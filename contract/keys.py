@@ -26,7 +26,13 @@ who reads it.
 | ``jobgate:endpoint-wake:{endpoint}`` | string, TTL | app proxy | gateway (controller) |
 | ``jobgate:endpoint-wakes`` | pub/sub | app proxy, gateway (API, events) | gateway (controller) |
 | ``jobgate:endpoint-controller`` | string, TTL | endpoint controller (leader) | schedulers |
-| ``start:{kernel}``, ``stop:{kernel}``, ``schedule:{group}`` | arq job ids | | |
+| ``n:{node}:start:{kernel}``, ``n:{node}:stop:…``, … | arq job ids | gateway | the node |
+| ``e:{node}:{uuid}`` (a sim host: ``events:{uuid}``) | arq job ids | the node's worker | gateway |
+| ``schedule:{group}`` | arq job id | gateway | scheduler |
+
+A job on a node's queue and a node's event job carry the node in their id, so the node's
+own Redis user (:mod:`contract.acl`) reaches the keys arq keeps for them
+(``arq:job:{id}`` and the rest) and no other node's.
 """
 
 from __future__ import annotations
@@ -55,10 +61,13 @@ __all__ = [
     "endpoint_ready_key",
     "endpoint_route_key",
     "endpoint_wake_key",
+    "event_job_id",
+    "event_job_node",
     "heartbeat_key",
     "keeper_key",
     "live_key",
     "node_queue",
+    "queued_job_id",
     "route_key",
     "schedule_job_id",
     "sim_host_queue",
@@ -82,6 +91,30 @@ def node_queue(node_id: str) -> str:
 def sim_host_queue(node_id: str) -> str:
     """The one queue a simulated host serves for all its nodes."""
     return f"jobgate:queue:simhost:{node_id}"
+
+
+NODE_QUEUE_PREFIX: Final = "jobgate:queue:node:"
+
+
+def queued_job_id(queue: str, job_id: str) -> str:
+    """*job_id* as enqueued on *queue*: ``n:{node}:{job_id}`` on a node's queue."""
+    if queue.startswith(NODE_QUEUE_PREFIX):
+        return f"n:{queue.removeprefix(NODE_QUEUE_PREFIX)}:{job_id}"
+    return job_id
+
+
+def event_job_id(node_id: str | None, unique: str) -> str:
+    """An events job's id: ``e:{node}:{unique}`` from one node's worker (whose Redis user
+    may write only those), ``events:{unique}`` from a sim host (many nodes, one login)."""
+    return f"e:{node_id}:{unique}" if node_id else f"events:{unique}"
+
+
+def event_job_node(job_id: str) -> str | None:
+    """The node an events job's id names (None: a sim host's or an older worker's)."""
+    if not job_id.startswith("e:"):
+        return None
+    node, sep, _ = job_id[2:].rpartition(":")
+    return node if sep else None
 
 
 # ---- arq job ids: derived from database rows, so a second enqueue is refused -----------

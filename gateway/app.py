@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
+from redis.exceptions import NoPermissionError
 
 from contract.folders import STALE_UPLOAD_S
 from contract.version import VERSION
@@ -123,6 +124,15 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             secrets=secret_service,
         )
         app.state.jobgate = state
+        if settings.redis_node_users:  # its Redis login may manage users: checked now
+            try:
+                await state.redis_users.restore()
+            except NoPermissionError as exc:
+                log.error("JOBGATE_REDIS_NODE_USERS: the gateway's Redis login may not "
+                          "manage Redis users (ACL SETUSER, DELUSER, USERS): %s", exc)  # fmt: skip
+                raise
+        stop_keeping = asyncio.Event()
+        keeping = asyncio.create_task(state.redis_users.keep(stop_keeping))
         consumer = None
         task = None
         if run_events:
@@ -149,6 +159,8 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
                     round_.cancel()
                 await asyncio.gather(delivering, return_exceptions=True)
                 await deliverer.close()
+            stop_keeping.set()
+            await keeping
             for loop in pruning:
                 loop.cancel()
             await asyncio.gather(*pruning, return_exceptions=True)

@@ -15,6 +15,7 @@ stays its owner's (a new commit under it makes it anew).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from contract.keys import commit_job_id
+from contract.keys import commit_job_id, queued_job_id
 from contract.messages import CommitKernel, ImageCommitted
 from gateway.auth import Principal
 from gateway.db.models import Image, Kernel, Node, ResourcePolicy, Session
@@ -41,6 +42,8 @@ __all__ = [
     "request_commit",
     "visible_to",
 ]
+
+log = logging.getLogger(__name__)
 
 #: what a user names a commit: lower-case path components and a tag (no registry host:
 #: the gateway puts the cluster registry in front)
@@ -165,17 +168,33 @@ async def request_commit(
     await pool.enqueue_job(
         "commit_kernel",
         job.model_dump(mode="json"),
-        _job_id=commit_job_id(kernel.id, reference, uuid.uuid4().hex),
+        _job_id=queued_job_id(node.queue, commit_job_id(kernel.id, reference, uuid.uuid4().hex)),
         _queue_name=node.queue,
     )
     return row
 
 
-async def record_commits(db: AsyncSession, commits: Sequence[ImageCommitted]) -> None:
-    """A worker's commit results: the image is ready, or failed with the reason."""
+async def record_commits(
+    db: AsyncSession, commits: Sequence[ImageCommitted], node: str | None = None
+) -> None:
+    """A worker's commit results: the image is ready, or failed with the reason. With
+    *node* (the events job came from that node's own Redis user) only results of a session
+    with a kernel on it count."""
     for result in commits:
         row = await db.get(Image, result.image, with_for_update=True)
-        if row is None or row.state != "committing":
+        if row is None or row.state != "committing" or row.session_id != result.session_id:
             continue
+        if node is not None:
+            ran_here = select(Kernel.id).where(
+                Kernel.session_id == result.session_id, Kernel.node_id == node
+            )
+            if await db.scalar(ran_here.limit(1)) is None:
+                log.warning(
+                    "node %s refused: tried to report the commit of image %s, "
+                    "of a session not placed on it",
+                    node,
+                    result.image,
+                )
+                continue
         row.state = "ready" if result.ok else "failed"
         row.detail = result.digest if result.ok else result.detail[:2000]

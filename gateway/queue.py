@@ -1,10 +1,12 @@
 """The gateway's side of the arq queues: one JSON-speaking pool, idempotent enqueues.
 
 Job ids come from database rows (``schedule:{group}``, ``start:{kernel}``,
-``stop:{kernel}``); arq refuses a second job with an id that is queued or running, so
-enqueueing again is always safe. Scheduling requests coalesce: the gateway sets a
-per-group *dirty* flag before enqueueing, and the scheduler loops while the flag is set,
-so a request that arrives during a pass (and is refused as a duplicate) is not lost.
+``stop:{kernel}``; on a node's queue with the node in front, ``n:{node}:…``, see
+:func:`contract.keys.queued_job_id`); arq refuses a second job with an id that is
+queued or running, so enqueueing again is always safe. Scheduling requests coalesce:
+the gateway sets a per-group *dirty* flag before enqueueing, and the scheduler loops
+while the flag is set, so a request that arrives during a pass (and is refused as a
+duplicate) is not lost.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from arq.connections import ArqRedis
 from contract.keys import (
     SCHEDULER_QUEUE,
     dirty_key,
+    queued_job_id,
     schedule_job_id,
     start_job_id,
     stop_job_id,
@@ -103,7 +106,9 @@ async def enqueue_starts(pool: ArqRedis, starts: list[tuple[str, StartKernel]]) 
     for q, job in starts:
         by_queue.setdefault(q, []).append(job.model_dump(mode="json"))
     batch = [
-        jobs.QueuedJob(q, f"starts:{uuid.uuid4().hex}", "start_kernels", {"jobs": payloads})
+        jobs.QueuedJob(
+            q, queued_job_id(q, f"starts:{uuid.uuid4().hex}"), "start_kernels", {"jobs": payloads}
+        )
         for q, payloads in by_queue.items()
     ]
     await jobs.enqueue_many(pool, batch, expires_ms=JOB_EXPIRES_S * 1000)
@@ -114,7 +119,7 @@ async def enqueue_start(pool: ArqRedis, queue: str, job: StartKernel) -> None:
     await pool.enqueue_job(
         "start_kernel",
         job.model_dump(mode="json"),
-        _job_id=start_job_id(job.kernel_id),
+        _job_id=queued_job_id(queue, start_job_id(job.kernel_id)),
         _queue_name=queue,
         _expires=JOB_EXPIRES_S,
     )
@@ -124,7 +129,7 @@ async def enqueue_stop(pool: ArqRedis, queue: str, job: StopKernel) -> None:
     await pool.enqueue_job(
         "stop_kernel",
         job.model_dump(mode="json"),
-        _job_id=stop_job_id(job.kernel_id),
+        _job_id=queued_job_id(queue, stop_job_id(job.kernel_id)),
         _queue_name=queue,
         _expires=JOB_EXPIRES_S,
     )

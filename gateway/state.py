@@ -28,6 +28,7 @@ from gateway.services.node_credentials import NodeCredentialService
 from gateway.services.nodes import NodeService
 from gateway.services.policies import PolicyService
 from gateway.services.projects import ProjectService
+from gateway.services.redis_users import RedisNodeUsers
 from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
@@ -60,6 +61,7 @@ class AppState:
     budgets: BudgetService = field(init=False)
     groups: GroupService = field(init=False)
     nodes: NodeService = field(init=False)
+    redis_users: RedisNodeUsers = field(init=False)
     node_credentials: NodeCredentialService = field(init=False)
     images: ImageService = field(init=False)
     endpoints: EndpointService = field(init=False)
@@ -74,7 +76,10 @@ class AppState:
         self.budgets = BudgetService(self.db)
         self.groups = GroupService(self.db, self.settings)
         self.nodes = NodeService(self.db, self.pool)
-        self.node_credentials = NodeCredentialService(self.db)
+        self.redis_users = RedisNodeUsers(
+            self.pool, self.db, enabled=self.settings.redis_node_users
+        )
+        self.node_credentials = NodeCredentialService(self.db, self.redis_users)
         self.images = ImageService(self.db, self.pool, self.settings)
         self.endpoints = EndpointService(self.db, self.pool, self.sessions)
         self.usage = UsageService(self.db, self.settings)

@@ -2,7 +2,8 @@
 
 ::
 
-    jobgate up ─┬─ redis-server (private, unix socket in DATA_DIR; none if JOBGATE_REDIS_URL)
+    jobgate up ─┬─ redis-server (private, unix socket in DATA_DIR, a user per node;
+                │               none if JOBGATE_REDIS_URL)
                 ├─ migrate DATA_DIR/jobgate.db (or JOBGATE_DATABASE_URL), bootstrap admin key
                 ├─ jobgate gateway serve      (API + event consumer)
                 ├─ jobgate scheduler run
@@ -255,6 +256,8 @@ class Stack:
             "JOBGATE_PROXY_PUBLIC_URL": proxy,
             "PYTHONUNBUFFERED": "1",
         }
+        if "redis" in self.components:  # its own Redis: each node gets a user of its own
+            env.setdefault("JOBGATE_REDIS_NODE_USERS", "true")
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)

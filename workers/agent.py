@@ -31,7 +31,7 @@ from plugins.loader import RUNTIMES, load_one
 from plugins.runtimes.base import Runtime, RuntimeContext
 from plumbing import arq as queueing
 from workers.config import WorkerSettings
-from workers.credential import node_credential
+from workers.credential import node_credential, redis_login
 from workers.devices import load_accelerators
 from workers.fingerprint import host_capacity
 from workers.keeper import start_keeper, stop_keeper
@@ -61,6 +61,8 @@ class Agent:
         self.settings = settings.resolved()  # node id and instance from the data dir
         self.nodes: dict[str, NodeAgent] = {}
         self.workdirs: WorkdirCache | None = None
+        #: the node's own Redis login once it joined (contract/acl.py), else the configured
+        self.redis_url = self.settings.redis_url
 
     async def run(self, stop: asyncio.Event, on_ready: Callable[[], None] | None = None) -> None:
         s = self.settings
@@ -68,18 +70,7 @@ class Agent:
         # /metrics is served only when JOBGATE_WORKER_METRICS_PORT is set
         metrics = WorkerMetrics(lambda: self.nodes)
         await metrics.serve(s.worker_metrics_host, s.worker_metrics_port)
-        pool = await queueing.connect(s.redis_url)
-        reporter = metrics.reporter(pool)
-        reporter.start()
-        logs = metrics.log_client(s.gateway_url, "")  # each node presents its own credential
-        try:
-            queue = await self._build_nodes(reporter, logs)
-        except BaseException:
-            await logs.close()
-            await reporter.close()
-            await pool.aclose()
-            await metrics.close()
-            raise
+        logs, pool, reporter, queue = await self._start(metrics)
         await self._keeper()
         # beating before registering: a registration Redis loses (a flush) is then seen
         # by the next beat (its key gone) and sent again with the replay
@@ -136,35 +127,77 @@ class Agent:
         await start_keeper(
             s.state_dir.resolve(),
             s.node_id,
-            s.redis_url,
+            self.redis_url,
             interval_s=s.heartbeat_interval_s,
             ttl_s=s.heartbeat_ttl_s,
             max_disconnect_s=s.node_max_disconnect_s,
         )
 
-    async def _build_nodes(self, reporter: EventReporter, logs: LogClient) -> str:
+    def _node_ids(self) -> list[str]:
         s = self.settings
-        capacity = host_capacity(s.worker_cpu, s.worker_mem)
-        accelerators = load_accelerators(s.accelerators)
         if s.sim_nodes > 0:
-            queue = sim_host_queue(s.node_id)
-            ids = [f"{s.node_id}-{i:04d}" for i in range(s.sim_nodes)]
-            runtime_name = "sim"
-            store_dir = None
-        else:
-            queue = node_queue(s.node_id)
-            ids = [s.node_id]
-            runtime_name = s.worker_runtime
-            store_dir = s.state_dir / "kernels"
-        # each node's own credential: saved, else joined for with the join token (a sim
-        # host's nodes 16 at a time)
+            return [f"{s.node_id}-{i:04d}" for i in range(s.sim_nodes)]
+        return [s.node_id]
+
+    async def _credentials(self, logs: LogClient) -> dict[str, str]:
+        """Each node's own credential: saved, else joined for with the join token (a sim
+        host's nodes 16 at a time)."""
+        s = self.settings
         gate = asyncio.Semaphore(16)
 
         async def credential(node_id: str) -> str:
             async with gate:
                 return await node_credential(logs.http, s.data_dir, node_id, s.effective_join_token)
 
-        credentials = dict(zip(ids, await asyncio.gather(*map(credential, ids)), strict=True))
+        ids = self._node_ids()
+        return dict(zip(ids, await asyncio.gather(*map(credential, ids)), strict=True))
+
+    async def _start(
+        self, metrics: WorkerMetrics
+    ) -> tuple[LogClient, ArqRedis, EventReporter, str]:
+        """Join (or read the credentials), connect, build the nodes; their queue."""
+        s = self.settings
+        logs = metrics.log_client(s.gateway_url, "")  # each node presents its own credential
+        pool: ArqRedis | None = None
+        reporter: EventReporter | None = None
+        try:
+            credentials = await self._credentials(logs)
+            pool = await self._connect(credentials)
+            reporter = metrics.reporter(pool, s.node_id if s.sim_nodes <= 0 else None)
+            reporter.start()
+            return logs, pool, reporter, self._build_nodes(reporter, logs, credentials)
+        except BaseException:
+            await logs.close()
+            if reporter is not None:
+                await reporter.close()
+            if pool is not None:
+                await pool.aclose()
+            await metrics.close()
+            raise
+
+    async def _connect(self, credentials: dict[str, str]) -> ArqRedis:
+        """The pool, logged in as the node's own Redis user where the gateway made one (a
+        sim host's nodes share the configured login)."""
+        s = self.settings
+        if s.sim_nodes <= 0:
+            self.redis_url = await redis_login(s.redis_url, s.node_id, credentials[s.node_id])
+        return await queueing.connect(self.redis_url)
+
+    def _build_nodes(
+        self, reporter: EventReporter, logs: LogClient, credentials: dict[str, str]
+    ) -> str:
+        s = self.settings
+        capacity = host_capacity(s.worker_cpu, s.worker_mem)
+        accelerators = load_accelerators(s.accelerators)
+        ids = self._node_ids()
+        if s.sim_nodes > 0:
+            queue = sim_host_queue(s.node_id)
+            runtime_name = "sim"
+            store_dir = None
+        else:
+            queue = node_queue(s.node_id)
+            runtime_name = s.worker_runtime
+            store_dir = s.state_dir / "kernels"
         # working directories: one cache per worker process (sim hosts have none)
         workdirs = None
         if s.sim_nodes <= 0:
@@ -222,7 +255,7 @@ class Agent:
             await node.commit(job)
 
         return queueing.make_worker(
-            self.settings.redis_url,
+            self.redis_url,
             queue,
             [
                 func(start_kernel, name="start_kernel", max_tries=3),

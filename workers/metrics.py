@@ -216,8 +216,8 @@ class WorkerMetrics:
         for chunk in chunks:
             self.log_bytes.labels(chunk.stream).inc(len(chunk.data))
 
-    def reporter(self, pool: ArqRedis) -> EventReporter:
-        return MeteredReporter(pool, self)
+    def reporter(self, pool: ArqRedis, node_id: str | None = None) -> EventReporter:
+        return MeteredReporter(pool, self, node_id)
 
     def log_client(self, gateway_url: str, credential: str) -> LogClient:
         return MeteredLogClient(gateway_url, credential, self)
@@ -241,8 +241,8 @@ class WorkerMetrics:
 class MeteredReporter(EventReporter):
     """An :class:`EventReporter` that counts what it is given and what it shipped."""
 
-    def __init__(self, pool: ArqRedis, metrics: WorkerMetrics) -> None:
-        super().__init__(pool)
+    def __init__(self, pool: ArqRedis, metrics: WorkerMetrics, node_id: str | None) -> None:
+        super().__init__(pool, node_id=node_id)
         self.metrics = metrics
 
     def report(self, event: Report) -> None:

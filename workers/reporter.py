@@ -11,6 +11,10 @@ reporter remembers the latest event of each kernel attempt for a while, and
 :meth:`replay` sends them again when the agent sees that Redis lost its keys (its
 heartbeat key vanished), the node's registration batch first. The gateway handles a
 repeated event or registration as a no-op.
+
+A worker of one node names it in each job's id (``e:{node}:…``): its own Redis user may
+write only those (:mod:`contract.acl`), and the gateway takes from such a job only what
+concerns that node.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections import OrderedDict
 from arq.connections import ArqRedis
 from redis.exceptions import RedisError
 
-from contract.keys import EVENTS_QUEUE
+from contract.keys import EVENTS_QUEUE, event_job_id
 from contract.messages import EventBatch, ImageCommitted, KernelEvent, NodeInfo
 
 __all__ = ["EventReporter", "Report"]
@@ -40,8 +44,16 @@ class EventReporter:
     KEEP_S = 600.0
     KEEP_MAX = 20_000
 
-    def __init__(self, pool: ArqRedis, *, linger_s: float = 0.01, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        pool: ArqRedis,
+        *,
+        node_id: str | None = None,
+        linger_s: float = 0.01,
+        max_batch: int = 500,
+    ) -> None:
         self.pool = pool
+        self.node_id = node_id  #: None: a sim host, reporting for many nodes
         self.linger_s = linger_s
         self.max_batch = max_batch
         self._latest: OrderedDict[tuple[str, int | None], tuple[float, KernelEvent]] = OrderedDict()
@@ -136,7 +148,7 @@ class EventReporter:
                     await self.pool.enqueue_job(
                         "handle_events",
                         batch.model_dump(mode="json"),
-                        _job_id=f"events:{uuid.uuid4().hex}",
+                        _job_id=event_job_id(self.node_id, uuid.uuid4().hex),
                         _queue_name=EVENTS_QUEUE,
                     )
                     break

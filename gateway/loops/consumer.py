@@ -4,6 +4,10 @@ A batch that fails because the database or Redis is unreachable (a restart, a
 failover) is tried again later, not dropped: arq gives up on a job that raises, and a
 lost "exited" would leave its session RUNNING for ever. Handling a batch twice is safe
 (gateway/loops/events.py).
+
+A job whose id names a node (``e:{node}:…``) was written by that node's own Redis user
+(only it may write such ids, :mod:`contract.acl`): the gateway takes from it only what
+concerns that node.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any
 
 from arq.worker import Retry, Worker, func
 
-from contract.keys import EVENTS_QUEUE
+from contract.keys import EVENTS_QUEUE, event_job_node
 from contract.messages import EventBatch
 from gateway.db.engine import unavailable
 from gateway.loops.events import EventHandler
@@ -34,7 +38,7 @@ async def handle_events(ctx: dict[str, Any], batch: dict[str, Any]) -> None:
     metrics: ConsumerMetrics | None = ctx.get("metrics")
     parsed = EventBatch.model_validate(batch)
     try:
-        await handler.handle(parsed)
+        await handler.handle(parsed, event_job_node(str(ctx.get("job_id", ""))))
     except BaseException as exc:
         if metrics is not None:
             metrics.handled(len(parsed.events), ok=False)

@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.cluster import cluster_hostname
+from contract.keys import node_queue
 from contract.messages import EventBatch, KernelEvent, NodeInfo
 from gateway import lifecycle
 from gateway.apps import route_for
@@ -67,17 +68,39 @@ _ORDER = {
 }
 
 
+def only_from(batch: EventBatch, node: str) -> EventBatch:
+    """What of *batch* node *node* may say: its own registration (with its own queue) and
+    events of its own; the rest is dropped with a WARNING naming the node. (Which kernels
+    are placed on it is checked as each event is applied.)"""
+    info = batch.node
+    if info is not None and (info.node_id != node or info.queue != node_queue(node)):
+        log.warning(
+            "node %s refused: tried to register as node %s with queue %s",
+            node,
+            info.node_id,
+            info.queue,
+        )
+        info = None
+    events = [e for e in batch.events if e.node_id == node]
+    for other in {e.node_id for e in batch.events} - {node}:
+        log.warning("node %s refused: tried to report events in the name of node %s", node, other)
+    return EventBatch(node=info, events=events, commits=batch.commits)
+
+
 class EventHandler:
     def __init__(self, db: SessionFactory, pool: ArqRedis) -> None:
         self.db = db
         self.pool = pool
 
-    async def handle(self, batch: EventBatch) -> None:
-        outbox = await self.commit(batch)
+    async def handle(self, batch: EventBatch, node: str | None = None) -> None:
+        outbox = await self.commit(batch, node)
         await outbox.flush(self.pool)
 
-    async def commit(self, batch: EventBatch) -> Outbox:
-        """Apply *batch* to the database; what to send once it committed."""
+    async def commit(self, batch: EventBatch, node: str | None = None) -> Outbox:
+        """Apply *batch* to the database; what to send once it committed. *node*: the
+        batch came from that node's own Redis user (:func:`only_from`)."""
+        if node is not None:
+            batch = only_from(batch, node)
         outbox = Outbox()
         events = list(batch.events)
         if batch.node is not None:
@@ -88,7 +111,7 @@ class EventHandler:
                 await self._apply(db, events, outbox)
         if batch.commits:
             async with self.db() as db, db.begin():
-                await record_commits(db, batch.commits)
+                await record_commits(db, batch.commits, node)
         return outbox
 
     # -- registration -----------------------------------------------------------------

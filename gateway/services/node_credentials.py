@@ -12,6 +12,10 @@ A node id that holds a valid credential cannot be joined again with the join tok
 join-token holder cannot take over an existing node); ``jobgate nodes revoke NODE``
 refuses the credential at once (no cache: every internal request reads the row), after
 which that node id may join again.
+
+With ``JOBGATE_REDIS_NODE_USERS`` the node also gets a Redis user of its own at join
+(``gateway/services/redis_users.py``), made before the row commits (a join Redis refused
+leaves nothing behind) and deleted before a revoke commits.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Kernel, NodeCredential, Session, Usage
 from gateway.domain.errors import Conflict, Forbidden, NotFound, Unauthenticated
+from gateway.services.redis_users import RedisNodeUsers
 
 __all__ = ["CREDENTIAL_PREFIX", "NodeCredentialService"]
 
@@ -37,8 +42,9 @@ CREDENTIAL_PREFIX = "jgnc_"
 
 
 class NodeCredentialService:
-    def __init__(self, db: SessionFactory) -> None:
+    def __init__(self, db: SessionFactory, redis_users: RedisNodeUsers | None = None) -> None:
         self.db = db
+        self.redis_users = redis_users
 
     async def join(self, node_id: str) -> str:
         """A new credential for *node_id*; 409 while it holds a valid one."""
@@ -53,12 +59,20 @@ class NodeCredentialService:
                         "in its state dir (an admin can revoke it: jobgate nodes revoke "
                         f"{node_id}, then it may join again)"
                     )
+                redis_digest = None
+                if self.redis_users is not None and self.redis_users.enabled:
+                    redis_digest = RedisNodeUsers.digest(node_id, credential)
                 if row is None:
-                    db.add(NodeCredential(node_id=node_id, digest=hash_key(credential)))
+                    row = NodeCredential(node_id=node_id, digest=hash_key(credential))
+                    db.add(row)
                 else:
                     row.digest = hash_key(credential)
                     row.created_at = await db_now(db)
                     row.revoked_at = None
+                row.redis_digest = redis_digest
+                await db.flush()  # a second join of a new node fails here, before Redis
+                if self.redis_users is not None and redis_digest is not None:
+                    await self.redis_users.create(node_id, redis_digest)
         except IntegrityError:  # two joins of one new node at once: the first wins
             raise Conflict(f"node {node_id} has joined already") from None
         log.info("node %s joined", node_id)
@@ -90,6 +104,9 @@ class NodeCredentialService:
                 raise NotFound(f"no node {node_id} has joined")
             if row.revoked_at is None:
                 row.revoked_at = await db_now(db)
+            row.redis_digest = None
+            if self.redis_users is not None:
+                await self.redis_users.remove(node_id)
         log.warning("credential of node %s revoked", node_id)
 
     async def check_kernel(
