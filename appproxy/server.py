@@ -62,10 +62,21 @@ from appproxy.metrics import ProxyMetrics
 from appproxy.routes import RouteStore
 from appproxy.settings import ProxySettings
 from appproxy.upgrade import UpgradeProtocol
+from contract.acl import PROXY_USER, proxy_redis_password
+from plumbing.redis_login import with_login
 
-__all__ = ["ProxyApp", "RedactTokens", "create_app", "serve"]
+__all__ = ["ProxyApp", "RedactTokens", "create_app", "redis_url", "serve"]
 
 log = logging.getLogger(__name__)
+
+
+def redis_url(s: ProxySettings) -> str:
+    """The proxy's Redis URL: with ``JOBGATE_REDIS_USERS``, logged in as the proxies' own
+    user (the gateway makes it), whatever login the configured URL names."""
+    if not s.redis_users:
+        return s.redis_url
+    password = proxy_redis_password(s.proxy_secret.get_secret_value())
+    return with_login(s.redis_url, PROXY_USER, password)
 
 
 class ProxyApp:
@@ -112,7 +123,7 @@ class ProxyApp:
         s = self.settings
         stack = contextlib.AsyncExitStack()
         self._stack = stack
-        redis = Redis.from_url(s.redis_url, health_check_interval=30)
+        redis = Redis.from_url(redis_url(s), health_check_interval=30)
         stack.push_async_callback(redis.aclose)
         pool = ConnectionPool(
             connect_timeout=s.proxy_upstream_connect_timeout,

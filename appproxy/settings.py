@@ -27,6 +27,9 @@ class ProxySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBGATE_", extra="ignore")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: log in to Redis as the proxies' own user, jobgate-proxy (its password derived from
+    #: the proxy secret), which the gateway makes with the same setting (contract/acl.py)
+    redis_users: bool = False
     gateway_url: str = "http://127.0.0.1:8420"  # asked GET /v1/users/me for Bearer keys
     proxy_secret: SecretStr = Field(min_length=16)
     proxy_host: str = "127.0.0.1"

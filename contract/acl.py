@@ -1,6 +1,9 @@
-"""Each node's own Redis user: what it may touch, and how both sides know its password.
+"""The Redis users of nodes and of the app proxy: what each may touch, and how both
+sides know its password.
 
-The gateway makes the user when the node joins (``JOBGATE_REDIS_NODE_USERS``), the
+**A node** (``jobgate-node-{node}``):
+
+The gateway makes the user when the node joins (``JOBGATE_REDIS_USERS``), the
 worker logs in as it: the password is an HMAC of the node's credential, so neither side
 stores or sends another secret, and Redis keeps only its SHA-256 (``#digest``), which
 the gateway also keeps to make the user again after Redis lost it (a restart without an
@@ -15,6 +18,12 @@ ACL file). The rules follow the keys a worker uses (:mod:`contract.keys`):
 * no ``KEYS``, ``SCAN`` or ``RANDOMKEY`` (key names would tell other nodes' kernel ids),
   no pub/sub, no administrative or dangerous command but ``INFO``, which arq reads.
 
+**The app proxy** (``jobgate-proxy``), whose password is an HMAC of the proxy secret,
+which the gateway and the proxies hold anyway: it reads routes and endpoint routes (and
+SCANs for the latter), writes activity, spent one-time tokens and endpoint readiness,
+load and wake keys, and uses the route, endpoint and wake channels. It cannot write a
+route, touch a queue or a job, read console sign-ins or heartbeats.
+
 Anything else is refused with ``NOPERM`` and written to Redis's ``ACL LOG``.
 """
 
@@ -24,7 +33,22 @@ import hashlib
 import hmac
 from typing import Final
 
-from contract.keys import EVENTS_QUEUE, heartbeat_key, keeper_key, node_queue
+from contract.keys import (
+    ACTIVITY_KEY_PREFIX,
+    ENDPOINT_CHANNEL,
+    ENDPOINT_WAKE_CHANNEL,
+    EVENTS_QUEUE,
+    ROUTE_CHANNEL,
+    ROUTE_KEY_PREFIX,
+    USED_TOKEN_PREFIX,
+    endpoint_load_key,
+    endpoint_ready_key,
+    endpoint_route_key,
+    endpoint_wake_key,
+    heartbeat_key,
+    keeper_key,
+    node_queue,
+)
 
 #: arq's own key names (arq.constants; contract imports no arq: tests/unit/test_job_ids.py
 #: checks they agree)
@@ -37,10 +61,13 @@ __all__ = [
     "ARQ_HEALTH_SUFFIX",
     "ARQ_JOB_PREFIXES",
     "NODE_USER_PREFIX",
+    "PROXY_USER",
     "node_acl_rules",
     "node_redis_password",
     "node_redis_user",
     "password_digest",
+    "proxy_acl_rules",
+    "proxy_redis_password",
 ]
 
 #: every node's Redis user is named ``jobgate-node-{node}``
@@ -91,4 +118,40 @@ def node_acl_rules(node_id: str, digest: str) -> list[str]:
         f"~{keeper_key(node_id)}",
         f"(+zadd ~{EVENTS_QUEUE})",
         f"(+zrem ~{ARQ_ABORT_SET})",
+    ]
+
+
+#: the app proxies' Redis user (all proxies share it)
+PROXY_USER: Final = "jobgate-proxy"
+
+
+def proxy_redis_password(proxy_secret: str) -> str:
+    """The app proxy's Redis password, from ``JOBGATE_PROXY_SECRET`` (hex)."""
+    return hmac.new(proxy_secret.encode(), b"jobgate-redis:proxy", hashlib.sha256).hexdigest()
+
+
+def proxy_acl_rules(digest: str) -> list[str]:
+    """``ACL SETUSER`` arguments (after the name) for the app proxy's user."""
+    return [
+        "reset",
+        "on",
+        f"#{digest}",
+        "resetchannels",
+        "-@all",
+        "+@read",
+        "+@write",
+        "+@connection",
+        "+@pubsub",
+        "-@dangerous",
+        "-randomkey",
+        f"%R~{ROUTE_KEY_PREFIX}*",
+        f"%R~{endpoint_route_key('')}*",
+        f"~{ACTIVITY_KEY_PREFIX}*",
+        f"~{USED_TOKEN_PREFIX}*",
+        f"~{endpoint_ready_key('')}*",
+        f"~{endpoint_load_key('')}*",
+        f"~{endpoint_wake_key('')}*",
+        f"&{ROUTE_CHANNEL}",
+        f"&{ENDPOINT_CHANNEL}",
+        f"&{ENDPOINT_WAKE_CHANNEL}",
     ]

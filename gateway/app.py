@@ -124,11 +124,12 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             secrets=secret_service,
         )
         app.state.jobgate = state
-        if settings.redis_node_users:  # its Redis login may manage users: checked now
+        if settings.redis_users:  # its Redis login may manage users: checked now
             try:
+                await state.redis_users.make_proxy()  # the proxy secret may have changed
                 await state.redis_users.restore()
             except NoPermissionError as exc:
-                log.error("JOBGATE_REDIS_NODE_USERS: the gateway's Redis login may not "
+                log.error("JOBGATE_REDIS_USERS: the gateway's Redis login may not "
                           "manage Redis users (ACL SETUSER, DELUSER, USERS): %s", exc)  # fmt: skip
                 raise
         stop_keeping = asyncio.Event()

@@ -28,7 +28,7 @@ from gateway.services.node_credentials import NodeCredentialService
 from gateway.services.nodes import NodeService
 from gateway.services.policies import PolicyService
 from gateway.services.projects import ProjectService
-from gateway.services.redis_users import RedisNodeUsers
+from gateway.services.redis_users import RedisUsers
 from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
@@ -61,7 +61,7 @@ class AppState:
     budgets: BudgetService = field(init=False)
     groups: GroupService = field(init=False)
     nodes: NodeService = field(init=False)
-    redis_users: RedisNodeUsers = field(init=False)
+    redis_users: RedisUsers = field(init=False)
     node_credentials: NodeCredentialService = field(init=False)
     images: ImageService = field(init=False)
     endpoints: EndpointService = field(init=False)
@@ -76,8 +76,11 @@ class AppState:
         self.budgets = BudgetService(self.db)
         self.groups = GroupService(self.db, self.settings)
         self.nodes = NodeService(self.db, self.pool)
-        self.redis_users = RedisNodeUsers(
-            self.pool, self.db, enabled=self.settings.redis_node_users
+        self.redis_users = RedisUsers(
+            self.pool,
+            self.db,
+            enabled=self.settings.redis_users,
+            proxy_secret=self.settings.proxy_secret.get_secret_value(),
         )
         self.node_credentials = NodeCredentialService(self.db, self.redis_users)
         self.images = ImageService(self.db, self.pool, self.settings)

@@ -257,7 +257,7 @@ class Stack:
             "PYTHONUNBUFFERED": "1",
         }
         if "redis" in self.components:  # its own Redis: each node gets a user of its own
-            env.setdefault("JOBGATE_REDIS_NODE_USERS", "true")
+            env.setdefault("JOBGATE_REDIS_USERS", "true")
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)

@@ -8,7 +8,7 @@ node whose credential is valid (409), so a join-token holder cannot take over a 
 after ``jobgate nodes revoke NODE`` remove the file and restart the worker to join anew.
 
 :func:`redis_login`: where the gateway gives each node a Redis user of its own
-(``JOBGATE_REDIS_NODE_USERS``, :mod:`contract.acl`), the worker logs in to Redis as that
+(``JOBGATE_REDIS_USERS``, :mod:`contract.acl`), the worker logs in to Redis as that
 user, with a password derived from its credential; where Redis has no such user, with the
 login its Redis URL names.
 """
@@ -20,15 +20,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
-import redis.asyncio as aioredis
-from redis.exceptions import AuthenticationError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from contract.acl import node_redis_password, node_redis_user
 from contract.messages import NodeJoin, NodeJoined
+from plumbing.redis_login import own_login
 
 __all__ = [
     "CREDENTIAL_FILE",
@@ -36,7 +33,6 @@ __all__ = [
     "credential_path",
     "node_credential",
     "redis_login",
-    "with_login",
 ]
 
 CREDENTIAL_FILE = "node-credential"
@@ -120,37 +116,7 @@ async def node_credential(
     return credential
 
 
-def with_login(redis_url: str, user: str, password: str) -> str:
-    """*redis_url* with its user and password replaced (``redis://``, ``rediss://`` and
-    ``unix://`` alike)."""
-    parts = urlsplit(redis_url)
-    host = parts.netloc.rpartition("@")[2]
-    login = f"{quote(user, safe='')}:{quote(password, safe='')}@"
-    return urlunsplit(parts._replace(netloc=login + host))
-
-
-async def redis_login(
-    redis_url: str, node_id: str, credential: str, *, tries: int = 6, pause_s: float = 1.0
-) -> str:
-    """The Redis URL this node's worker uses: its own user's when Redis has it, else
-    *redis_url* as configured. A Redis that does not answer is asked *tries* times, as
-    arq does before it gives up."""
-    own = with_login(redis_url, node_redis_user(node_id), node_redis_password(node_id, credential))
-    for attempt in range(1, tries + 1):
-        client = aioredis.Redis.from_url(own)
-        try:
-            await client.ping()
-        except (AuthenticationError, ResponseError) as exc:  # WRONGPASS: no user of its own
-            log.info("node %s: Redis has no user of its own (%s); using the configured login",
-                     node_id, str(exc).split(",")[0])  # fmt: skip
-            return redis_url
-        except (RedisConnectionError, OSError):
-            if attempt == tries:
-                raise
-            await asyncio.sleep(pause_s)
-            continue
-        finally:
-            await client.aclose()
-        break
-    log.info("node %s: Redis login as its own user %s", node_id, node_redis_user(node_id))
-    return own
+async def redis_login(redis_url: str, node_id: str, credential: str) -> str:
+    """The Redis URL this node's worker uses: its own user's when Redis has it."""
+    password = node_redis_password(node_id, credential)
+    return await own_login(redis_url, node_redis_user(node_id), password, who=f"node {node_id}")

@@ -316,7 +316,7 @@ class NodeCredential(Base):
     #: set by ``jobgate nodes revoke``: the credential is refused; the node may join again
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
     #: SHA-256 of the node's Redis password (contract/acl.py), while Redis has a user per
-    #: node (JOBGATE_REDIS_NODE_USERS): the gateway makes the user again if Redis lost it
+    #: node (JOBGATE_REDIS_USERS): the gateway makes the user again if Redis lost it
     redis_digest: Mapped[str | None] = mapped_column(String(64), default=None)
 
 

@@ -13,7 +13,7 @@ join-token holder cannot take over an existing node); ``jobgate nodes revoke NOD
 refuses the credential at once (no cache: every internal request reads the row), after
 which that node id may join again.
 
-With ``JOBGATE_REDIS_NODE_USERS`` the node also gets a Redis user of its own at join
+With ``JOBGATE_REDIS_USERS`` the node also gets a Redis user of its own at join
 (``gateway/services/redis_users.py``), made before the row commits (a join Redis refused
 leaves nothing behind) and deleted before a revoke commits.
 """
@@ -31,7 +31,7 @@ from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Kernel, NodeCredential, Session, Usage
 from gateway.domain.errors import Conflict, Forbidden, NotFound, Unauthenticated
-from gateway.services.redis_users import RedisNodeUsers
+from gateway.services.redis_users import RedisUsers
 
 __all__ = ["CREDENTIAL_PREFIX", "NodeCredentialService"]
 
@@ -42,7 +42,7 @@ CREDENTIAL_PREFIX = "jgnc_"
 
 
 class NodeCredentialService:
-    def __init__(self, db: SessionFactory, redis_users: RedisNodeUsers | None = None) -> None:
+    def __init__(self, db: SessionFactory, redis_users: RedisUsers | None = None) -> None:
         self.db = db
         self.redis_users = redis_users
 
@@ -61,7 +61,7 @@ class NodeCredentialService:
                     )
                 redis_digest = None
                 if self.redis_users is not None and self.redis_users.enabled:
-                    redis_digest = RedisNodeUsers.digest(node_id, credential)
+                    redis_digest = RedisUsers.digest(node_id, credential)
                 if row is None:
                     row = NodeCredential(node_id=node_id, digest=hash_key(credential))
                     db.add(row)

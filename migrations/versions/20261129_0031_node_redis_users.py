@@ -1,4 +1,4 @@
-"""Each node's own Redis user (``JOBGATE_REDIS_NODE_USERS``): the SHA-256 of its
+"""Each node's own Redis user (``JOBGATE_REDIS_USERS``): the SHA-256 of its
 password, so the gateway can make the user again after Redis lost it (contract/acl.py).
 
 Revision ID: 0031

@@ -12,7 +12,7 @@ from contract.acl import (
     node_redis_password,
 )
 from contract.keys import event_job_id, event_job_node, node_queue, queued_job_id, sim_host_queue
-from workers.credential import with_login
+from plumbing.redis_login import with_login
 
 
 def test_a_node_queue_job_names_its_node_and_other_queues_keep_the_id() -> None:

@@ -1,4 +1,4 @@
-"""Each node has a Redis user of its own (JOBGATE_REDIS_NODE_USERS): two real workers run
+"""Each node has a Redis user of its own (JOBGATE_REDIS_USERS): two real workers run
 a session on the test run's Redis logged in as their own users, and node 1's Redis login,
 stolen, cannot push to node 2's queue, read it, or speak in node 2's name."""
 
@@ -18,9 +18,10 @@ from waiting import until
 from contract.acl import node_redis_password, node_redis_user
 from contract.keys import EVENTS_QUEUE, event_job_id, node_queue, queued_job_id
 from contract.messages import EventBatch, KernelEvent, StartKernel
-from gateway.services.redis_users import RedisNodeUsers
+from gateway.services.redis_users import RedisUsers
 from plumbing.arq import connect
-from workers.credential import credential_path, with_login
+from plumbing.redis_login import with_login
+from workers.credential import credential_path
 
 
 async def test_each_node_reaches_only_its_own_queue_and_events(
@@ -31,11 +32,11 @@ async def test_each_node_reaches_only_its_own_queue_and_events(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(RedisNodeUsers, "EVERY_S", 0.2)
+    monkeypatch.setattr(RedisUsers, "EVERY_S", 0.2)
     tag = uuid.uuid4().hex[:6]
     thief, victim = f"thief-{tag}", f"victim-{tag}"
     admin = aioredis.Redis.from_url(redis_url)
-    async with started_stack(pg_url, redis_url, tmp_path, redis_node_users=True) as stack:
+    async with started_stack(pg_url, redis_url, tmp_path, redis_users=True) as stack:
         try:
             await stack.start_worker(thief)
             await stack.start_worker(victim)
