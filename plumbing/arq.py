@@ -67,13 +67,26 @@ def redis_settings(redis_url: str) -> RedisSettings:
     )
 
 
-async def connect(redis_url: str, *, default_queue: str = "arq:queue") -> ArqRedis:
+async def connect(
+    redis_url: str, *, default_queue: str = "arq:queue", socket_timeout: float | None = None
+) -> ArqRedis:
+    """A pool that speaks the wire's JSON. With *socket_timeout*, a command that gets no
+    answer for that long fails (redis ``TimeoutError``) and its connection is dropped: a
+    partition leaves connections hanging, not refused, and without it a process would
+    hear again from Redis only when TCP retransmits, tens of seconds after the network is
+    back (tests/integration/gateway/test_partition.py). Only for pools that run no
+    blocking commands (``XREAD BLOCK``, pub/sub)."""
     pool: ArqRedis = await create_pool(
         redis_settings(redis_url),
         job_serializer=json_serializer,
         job_deserializer=json_deserializer,
         default_queue_name=default_queue,
     )
+    if socket_timeout is not None:
+        connections = pool.connection_pool
+        connections.connection_kwargs["socket_timeout"] = socket_timeout
+        await connections.disconnect()  # the one create_pool made, without it
+        connections.reset()  # type: ignore[no-untyped-call]  # (redis-py leaves it untyped)
     return pool
 
 
@@ -160,8 +173,10 @@ def make_worker(
     handle_signals: bool = False,
     cron_jobs: list[CronJob] | None = None,
     ctx: dict[str, Any] | None = None,
+    pool: ArqRedis | None = None,
 ) -> Worker:
-    """An arq worker on *queue* that speaks JSON and keeps no results.
+    """An arq worker on *queue* that speaks JSON and keeps no results; on *pool* (from
+    :func:`connect`, e.g. with a socket timeout) if given, which it then closes.
 
     Build it inside the running event loop (arq binds to the current one); run it with
     :func:`run` and end it with :func:`stop`.
@@ -171,6 +186,7 @@ def make_worker(
         cron_jobs=cron_jobs,
         queue_name=queue,
         redis_settings=redis_settings(redis_url),
+        redis_pool=pool,
         job_serializer=json_serializer,
         job_deserializer=json_deserializer,
         handle_signals=handle_signals,

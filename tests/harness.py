@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,8 +193,11 @@ class Stack:
         await self.wait_nodes({n for n in _node_ids(settings)})
         return handle
 
-    async def start_worker_process(self, node_id: str = "n1", **env: str) -> WorkerProcess:
-        """A worker in its own process (settings as JOBGATE_* variables in *env*)."""
+    async def start_worker_process(
+        self, node_id: str = "n1", enter: Sequence[str] = (), **env: str
+    ) -> WorkerProcess:
+        """A worker in its own process (settings as JOBGATE_* variables in *env*), run
+        through the argv prefix *enter* (``ip netns exec NS``: tests/partition.py)."""
         values = {
             "JOBGATE_REDIS_URL": self.redis_url,
             "JOBGATE_GATEWAY_URL": self.url,
@@ -211,6 +214,7 @@ class Stack:
         log_path = self.tmp / f"worker-{node_id}-{len(self.processes)}.log"
         with log_path.open("ab") as log:
             proc = await asyncio.create_subprocess_exec(
+                *enter,
                 sys.executable,
                 "-m",
                 "jobgate",

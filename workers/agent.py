@@ -54,6 +54,12 @@ def build_runtime(name: str, context: RuntimeContext) -> Runtime:
     return runtime
 
 
+#: a Redis command that gets no answer for this long fails and its connection goes, so a
+#: node behind a partition that healed is heard from within a heartbeat, not after TCP's
+#: retransmission backoff (plumbing.arq.connect; docs/node-loss.md)
+REDIS_TIMEOUT_S = 5.0
+
+
 class Agent:
     """Runs one or more NodeAgents until asked to stop."""
 
@@ -86,7 +92,12 @@ class Agent:
         except BaseException:
             beat.cancel()
             raise
-        worker = self._worker(queue)
+        worker = self._worker(
+            queue,
+            await queueing.connect(
+                self.redis_url, default_queue=queue, socket_timeout=REDIS_TIMEOUT_S
+            ),
+        )
         consume = asyncio.create_task(queueing.run(worker))
         log.info("worker %s ready: %d node(s) on %s", s.node_id, len(self.nodes), queue)
         if on_ready:
@@ -181,7 +192,7 @@ class Agent:
         s = self.settings
         if s.sim_nodes <= 0:
             self.redis_url = await redis_login(s.redis_url, s.node_id, credentials[s.node_id])
-        return await queueing.connect(self.redis_url)
+        return await queueing.connect(self.redis_url, socket_timeout=REDIS_TIMEOUT_S)
 
     def _build_nodes(
         self, reporter: EventReporter, logs: LogClient, credentials: dict[str, str]
@@ -223,7 +234,7 @@ class Agent:
             )
         return queue
 
-    def _worker(self, queue: str) -> Worker:
+    def _worker(self, queue: str, pool: ArqRedis) -> Worker:
         async def start_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
             job = StartKernel.model_validate(payload)
             node = self.nodes.get(job.node_id)
@@ -266,6 +277,7 @@ class Agent:
             max_jobs=200,
             job_timeout=60,
             poll_delay=0.01,
+            pool=pool,
         )
 
     async def _heartbeats(self, pool: ArqRedis, reporter: EventReporter) -> None:
