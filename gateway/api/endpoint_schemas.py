@@ -17,9 +17,18 @@ __all__ = [
     "EndpointSummary",
     "ReplicaPublic",
     "RevisionPublic",
+    "SecretTarget",
     "TokenCreated",
     "TokenPublic",
 ]
+
+
+class SecretTarget(BaseModel):
+    """A secret a revision's replicas receive and where: its name, never its value."""
+
+    name: str
+    env: str | None = None
+    path: str | None = None
 
 
 class RevisionPublic(BaseModel):
@@ -35,6 +44,9 @@ class RevisionPublic(BaseModel):
     rollout: RolloutSettings
     folders: list[dict[str, Any]] = Field(
         default_factory=list, description="data folders each replica mounts: id, name, target"
+    )
+    secrets: list[SecretTarget] = Field(
+        default_factory=list, description="secrets each replica receives: names, never values"
     )
     state: str = Field(description="active, or rolled-back (it never became ready)")
     reason: str

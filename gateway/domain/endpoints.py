@@ -23,6 +23,7 @@ from gateway.domain.requests import (
     FolderMount,
     ImageReference,
     Input,
+    SecretMount,
 )
 from gateway.domain.rollout import RolloutSettings
 from plugins.resources import slot_map_schema
@@ -62,6 +63,11 @@ class RevisionSpec(Input):
         default_factory=list,
         max_length=32,
         description="data folders (e.g. the model's) each replica mounts; no automount",
+    )
+    secrets: list[SecretMount] = Field(
+        default_factory=list,
+        max_length=32,
+        description="the owner's secrets each replica receives (docs/secrets.md); names only",
     )
 
 
@@ -107,6 +113,7 @@ class EndpointUpdate(Input):
     probe: Probe | None = None
     rollout: RolloutSettings | None = None
     folders: list[FolderMount] | None = Field(default=None, max_length=32)
+    secrets: list[SecretMount] | None = Field(default=None, max_length=32)
 
     def merged(self, current: dict[str, Any]) -> RevisionSpec:
         """The new revision's full spec (each given field checked as on create). A null

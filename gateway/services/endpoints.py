@@ -55,7 +55,7 @@ from gateway.domain.endpoints import (
     TokenCreate,
     parse_expiry,
 )
-from gateway.domain.errors import Conflict, Invalid, JobgateError, NotFound
+from gateway.domain.errors import Conflict, Forbidden, Invalid, JobgateError, NotFound
 from gateway.domain.requests import SessionCreate
 from gateway.domain.status import TERMINAL
 from gateway.endpoints.observe import Load, read_health, read_load
@@ -203,8 +203,12 @@ class EndpointService:
     ) -> dict[str, Any]:
         """A revision's columns, checked as a session of its replicas would be.
 
-        Its folders are resolved to ids under the endpoint's *owner* now (kept with the
-        command: ``{"argv": [...], "folders": [...]}``), so a later rename changes nothing.
+        Its folders and secrets are resolved to ids under the endpoint's *owner* now and
+        kept with the command (``{"argv": [...], "folders": [...], "secrets": [...]}``),
+        so a later rename changes nothing and each replica carries the same references
+        (never a value). An unknown secret, or one the owner does not see, is a 422; only
+        the owner makes a revision that receives secrets (an admin's command would run
+        with the owner's values).
         """
         probe_body = SessionCreate(
             type="batch",
@@ -221,6 +225,14 @@ class EndpointService:
             if self.sessions.folders is None:
                 raise Invalid("this gateway has no data folders", field="folders")
             command["folders"] = await self.sessions.folders.mounts_for(db, owner, spec.folders)
+        if spec.secrets:
+            if principal.user_id != owner.user_id:
+                raise Forbidden(
+                    f"only {owner.name} can make a revision of their endpoint that receives "
+                    "secrets (give secrets: [] to make one without)",
+                    field="secrets",
+                )
+            command["secrets"] = await self.sessions.secret_refs(db, owner, spec.secrets)
         return dict(
             image=image,
             command=command,
@@ -563,6 +575,12 @@ def _spec_of(revision: EndpointRevision) -> dict[str, Any]:
         "folders": [  # by id: what was resolved when the revision was made
             {"name": f["id"], "target": f["target"], "read_only": f["read_only"]}
             for f in revision.command.get("folders", [])
+        ],
+        # by name: a new revision finds them again under the owner (a deleted one is a
+        # 422 then, a secret made again under the name is taken)
+        "secrets": [
+            {"name": s["name"], "env": s["env"], "path": s["path"]}
+            for s in revision.command.get("secrets", [])
         ],
     }
 

@@ -3,6 +3,8 @@
 A template belongs to the user who made it; names are unique per user. A run submits
 the template's session request as that user, exactly as ``POST /v1/sessions`` would
 (quotas, feasibility, idempotency), so a run returns at once with a PENDING session.
+The secrets a template names are checked for its owner when it is made (an unknown one
+is a 422 naming it) and resolved again, by name, at each run, as any create's are.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class TemplateService:
 
     async def create(self, principal: Principal, body: TemplateCreate) -> JobTemplate:
         self.sessions.check_request(body.session)
+        if body.session.secrets:
+            async with self.db() as db:
+                await self.sessions.secret_refs(db, principal, body.session.secrets)
         row = JobTemplate(
             name=body.name,
             owner_id=principal.user_id,

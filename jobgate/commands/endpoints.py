@@ -17,8 +17,10 @@ from jobgate.commands.run import (
     EnvOpt,
     ImageOpt,
     ResourceOpt,
+    SecretOpt,
     folder_mount,
     follow_session,
+    secret_ref,
 )
 from jobgate.mlflow_models import (
     MODEL_SERVER_HEALTH,
@@ -115,6 +117,7 @@ def _revision_body(
     health_path: str,
     working_dir: Path | None,
     folders: list[str],
+    secrets: list[str],
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "port": port,
@@ -125,6 +128,8 @@ def _revision_body(
     }
     if folders:
         body["folders"] = [folder_mount(f) for f in folders]
+    if secrets:
+        body["secrets"] = [secret_ref(s) for s in secrets]
     if image is not None:
         body["image"] = image
     if working_dir is not None:
@@ -184,6 +189,7 @@ def create(
     public: Annotated[bool, typer.Option(help="Callable without a token.")] = False,
     working_dir: WorkdirOpt = None,
     folder: FolderOpt = [],  # noqa: B006
+    secret: SecretOpt = [],  # noqa: B006
     mlflow_model: ModelOpt = None,
     tracking_uri: TrackingOpt = None,
     wait: WaitOpt = False,
@@ -210,7 +216,7 @@ def create(
     if "max_replicas" in scale and "min_replicas" not in scale:
         scale["min_replicas"] = 1
     body = _revision_body(
-        api, command, image, port, resource, env, health_path or "/", working_dir, folder
+        api, command, image, port, resource, env, health_path or "/", working_dir, folder, secret
     )
     body["env"] = extra_env | body["env"]
     body |= {"name": name, "public": public, "autoscale": scale}
@@ -366,6 +372,17 @@ def update(
             help="Data folder NAME[:/TARGET][:ro]; repeatable; replaces the revision's folders.",
         ),
     ] = [],  # noqa: B006
+    secret: Annotated[
+        list[str],
+        typer.Option(
+            "--secret",
+            help="A secret of yours: NAME, NAME:ENV_VAR or NAME:/path; repeatable; "
+            "replaces the revision's secrets.",
+        ),
+    ] = [],  # noqa: B006
+    no_secrets: Annotated[
+        bool, typer.Option("--no-secrets", help="The new revision receives no secrets.")
+    ] = False,
     wait: WaitOpt = False,
     timeout: TimeoutOpt = 120.0,
     output: OutputOpt = Output.table,
@@ -382,6 +399,10 @@ def update(
         body["port"] = port
     if folder:
         body["folders"] = [folder_mount(f) for f in folder]
+    if secret and no_secrets:
+        raise ApiError(0, "Usage", "give --secret or --no-secrets, not both")
+    if secret or no_secrets:
+        body["secrets"] = [secret_ref(s) for s in secret]
     if resource or env or health_path:
         cur = api.get(f"/v1/endpoints/{segment(name)}")["current"]
         if resource:

@@ -30,6 +30,7 @@ from jobgate.commands.run import (
     ImageOpt,
     MemOpt,
     ResourceOpt,
+    SecretOpt,
     build_request,
     wait_for,
 )
@@ -50,6 +51,7 @@ def templates_create(
     mem: MemOpt = None,
     resource: ResourceOpt = [],  # noqa: B006
     env: EnvOpt = [],  # noqa: B006
+    secret: SecretOpt = [],  # noqa: B006
     param: Annotated[
         list[str],
         typer.Option(
@@ -78,6 +80,7 @@ def templates_create(
         env=env,
         resource_group=resource_group,
         project=project,
+        secrets=secret,
     )
     params = []
     for item in param:

@@ -18,6 +18,7 @@ from gateway.api.endpoint_schemas import (
     EndpointSummary,
     ReplicaPublic,
     RevisionPublic,
+    SecretTarget,
     TokenCreated,
     TokenPublic,
 )
@@ -58,6 +59,10 @@ def _revision(r: EndpointRevision) -> RevisionPublic:
         probe=Probe.model_validate(r.probe),
         rollout=RolloutSettings.model_validate(r.rollout),
         folders=list(r.command.get("folders", [])),
+        secrets=[
+            SecretTarget(name=s["name"], env=s["env"], path=s["path"])
+            for s in r.command.get("secrets", [])
+        ],
         state=r.state,
         reason=r.reason,
         created_by=r.created_by,

@@ -3,7 +3,7 @@
 templates and endpoints use; the work is split by job:
 
 * ``admission.py`` - may this request be created: sizes, blobs, names, projects,
-  dependencies, folders; ``limits.py`` (quotas) and ``placement.py`` (resources,
+  dependencies, folders, secrets; ``limits.py`` (quotas) and ``placement.py`` (resources,
   the group, feasibility on its node shapes), each with its caches (``cache.Timed``);
 * ``creation.py`` - checks, then rows (``gateway.db.session_rows``) to the group-commit
   ``SessionWriter``, then a schedule request;
@@ -21,6 +21,8 @@ creates are waiting (group commit, ``session_writer.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from arq.connections import ArqRedis
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,7 +30,7 @@ from gateway.auth import Principal
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Session
-from gateway.domain.requests import SessionCreate
+from gateway.domain.requests import SecretMount, SessionCreate
 from gateway.queue import ScheduleRequests
 from gateway.services.blobs import BlobStore
 from gateway.services.folders import FolderService
@@ -68,6 +70,13 @@ class SessionService:
     ) -> tuple[ResourceSlots, str | None]:
         """An endpoint replica's request, checked as a session's would be."""
         return await self.admission.check_replica(db, body)
+
+    async def secret_refs(
+        self, db: AsyncSession, owner: Principal, mounts: list[SecretMount]
+    ) -> list[dict[str, Any]]:
+        """Secrets resolved under *owner* to references (never values), as a create's
+        are: endpoint revisions keep them, templates check them."""
+        return await self.admission.secret_refs(db, owner, mounts)
 
     def check_request(self, body: SessionCreate) -> None:
         """What can be checked of a request without the database (templates use it)."""

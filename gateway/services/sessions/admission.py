@@ -14,7 +14,7 @@ from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Project, ProjectMember, ResourceGroup, Session
 from gateway.domain.errors import Conflict, Forbidden, Invalid, NotFound
-from gateway.domain.requests import SessionCreate
+from gateway.domain.requests import SecretMount, SessionCreate
 from gateway.domain.status import TERMINAL
 from gateway.domain.validation import within_roots
 from gateway.domain.webhooks import check_url
@@ -55,10 +55,9 @@ class Admission:
         self, db: AsyncSession, body: SessionCreate
     ) -> tuple[ResourceSlots, str | None]:
         """An endpoint replica's request, checked as a session's would be (sizes, working
-        dir, resources, feasibility, group): its slots with the defaults, and its image."""
+        dir, resources, feasibility, group): its slots with the defaults, and its image.
+        Its secrets are resolved under the endpoint's owner by ``secret_refs``."""
         self.check_request(body)
-        if body.secrets:
-            raise Invalid("endpoints do not take secrets yet (docs/secrets.md)", field="secrets")
         row = await db.get(ResourceGroup, body.resource_group)
         config = self.placement.config(row)
         resources = await self.placement.resources(lambda: db, body, config)
@@ -135,10 +134,19 @@ class Admission:
         unknown one is a 422 naming it."""
         if not body.secrets:
             return []
+        return await self.secret_refs(reads(), principal, body.secrets)
+
+    async def secret_refs(
+        self, db: AsyncSession, owner: Principal, mounts: list[SecretMount]
+    ) -> list[dict[str, Any]]:
+        """*mounts* resolved under *owner* (a session's creator, an endpoint's or a
+        template's owner): ids, names and targets; an unknown one is a 422 naming it."""
+        if not mounts:
+            return []
         if self.secret_service is None:
             raise Invalid("this gateway has no secrets", field="secrets")
-        wanted = [SecretRef(s.name, s.env, s.path) for s in body.secrets]
-        return await self.secret_service.references(reads(), principal, wanted)
+        wanted = [SecretRef(s.name, s.env, s.path) for s in mounts]
+        return await self.secret_service.references(db, owner, wanted)
 
     async def check_names(
         self, db: AsyncSession, principal: Principal, names: list[str | None]

@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from harness import NODE_TOKEN, Stack, started_stack
 from pydantic import SecretStr
 from redis.asyncio import Redis
+from waiting import until
 
+from contract.keys import ENDPOINT_WAKE_CHANNEL, endpoint_wake_key
 from gateway.domain.sealing import MasterKey, Sealed, SealingError, associated_data, open_value
 
 VALUE = "hf_Sup3rS3cretT0ken_9f8e7d6c"
 ROTATED = "hf_R0tatedT0ken_a1b2c3d4e5"
+OTHER = "hf_An0therT0ken_0a9b8c7d6e"
 KEY = base64.b64encode(os.urandom(32)).decode()
 
 
@@ -307,6 +314,177 @@ async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path:
         wrong, "admin", "secrets", "rekey", "--new-key-file", str(other), ok=False
     )
     assert "nothing was changed" in failed, failed
+
+
+# -- endpoints and templates --------------------------------------------------------------
+#: a replica that prints its token (masked in the stored log) and a digest that tells
+#: which value it received, then stays up
+REPLICA = (
+    "import hashlib, os, time; v = os.environ['HF_TOKEN']; "
+    "print('token', v, 'sha', hashlib.sha256(v.encode()).hexdigest()[:16], flush=True); "
+    "time.sleep(120)"
+)
+ENDPOINT = {
+    "name": "demo",
+    "port": 8000,
+    "command": ["python3", "-c", REPLICA],
+    "resources": {"cpu": "0.1", "mem": "64m"},
+}
+
+
+def _sha(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+async def _replica_of(api: httpx.AsyncClient, name: str, revision: int) -> str:
+    """The session id of *name*'s first replica of *revision* (once the controller made it)."""
+
+    async def found() -> str | None:
+        shown = (await api.get(f"/v1/endpoints/{name}")).json()
+        ids = [r["session_id"] for r in shown["replicas"] if r["revision"] == revision]
+        return ids[0] if ids else None
+
+    return await until(found, timeout=30, interval=0.2, what=f"a replica of revision {revision}")
+
+
+async def test_an_endpoints_replicas_get_the_owners_secrets_masked(sstack: Stack) -> None:
+    stack = sstack
+    worker = await stack.start_worker_process("n1")
+    alice = await stack.create_user("alice")
+    bob = await stack.create_user("bob")
+    async with stack.client(alice) as api, stack.client(bob) as other:
+        for name, value in (("hf", VALUE), ("hf2", OTHER)):
+            r = await api.post("/v1/secrets", json={"name": name, "value": value})
+            assert r.status_code == 201, r.text
+        # another user's secret, or none by that name: a 422 naming it, nothing made
+        r = await other.post("/v1/endpoints", json={**ENDPOINT, "secrets": [{"name": "hf"}]})
+        assert (r.status_code, r.json()["field"]) == (422, "secrets"), r.text
+        assert "'hf'" in r.json()["detail"], r.text
+        r = await api.post("/v1/endpoints", json={**ENDPOINT, "secrets": [{"name": "NOPE"}]})
+        assert (r.status_code, r.json()["field"]) == (422, "secrets"), r.text
+        assert "'NOPE'" in r.json()["detail"], r.text
+        assert (await api.get("/v1/endpoints")).json() == []
+
+        body = {**ENDPOINT, "secrets": [{"name": "hf", "env": "HF_TOKEN"}]}
+        r = await api.post("/v1/endpoints", json=body)
+        assert r.status_code == 201, r.text
+        assert r.json()["current"]["secrets"] == [{"name": "hf", "env": "HF_TOKEN", "path": None}]
+        first = await _replica_of(api, "demo", 1)
+        logs = await stack.wait_output(first, f"sha {_sha(VALUE)}", timeout=60)
+        assert "token *** sha" in logs, logs
+
+        # a new revision with another secret: its replicas receive the new value
+        r = await api.post(
+            "/v1/endpoints/demo/revisions", json={"secrets": [{"name": "hf2", "env": "HF_TOKEN"}]}
+        )
+        assert r.status_code == 200, r.text
+        assert [s["name"] for s in r.json()["current"]["secrets"]] == ["hf2"]
+        second = await _replica_of(api, "demo", 2)
+        logs = await stack.wait_output(second, f"sha {_sha(OTHER)}", timeout=60)
+        assert "token *** sha" in logs, logs
+        # and another change keeps the secrets of the revision it starts from
+        r = await api.post("/v1/endpoints/demo/revisions", json={"env": {"V": "3"}})
+        assert r.status_code == 200, r.text
+        assert [s["name"] for s in r.json()["current"]["secrets"]] == ["hf2"]
+        async with stack.client() as admin:  # its command would run with alice's values
+            r = await admin.post("/v1/endpoints/demo/revisions", json={"env": {"V": "4"}})
+            assert (r.status_code, r.json()["field"]) == (403, "secrets"), r.text
+        answers = [
+            (await api.get("/v1/endpoints/demo")).text,
+            (await api.get("/v1/endpoints")).text,
+            (await api.get(f"/v1/sessions/{first}")).text,
+        ]
+    for text in answers:
+        assert VALUE not in text
+        assert OTHER not in text
+    for session_id in (first, second):
+        stored = await _stored_logs(stack, session_id)
+        assert b"token *** sha" in stored
+        assert VALUE.encode() not in stored
+        assert OTHER.encode() not in stored
+    text = await _db_text(stack)
+    assert VALUE not in text
+    assert OTHER not in text
+    assert VALUE.encode() not in await _redis_bytes(stack)
+    assert VALUE not in worker.log()
+
+
+async def test_a_replica_whose_secret_was_deleted_fails_naming_it(sstack: Stack) -> None:
+    """The revision holds the secret by id: deleted since, the next replica is an ERROR
+    at birth with the reason (no start without it, no crash loop); a new revision looks
+    for it by name again."""
+    stack = sstack
+    alice = await stack.create_user("alice")
+    async with stack.client(alice) as api:
+        r = await api.post("/v1/secrets", json={"name": "GONE", "value": VALUE})
+        assert r.status_code == 201, r.text
+        cold = {**ENDPOINT, "name": "cold", "secrets": [{"name": "GONE"}]}
+        cold["autoscale"] = {"min_replicas": 0, "max_replicas": 1}
+        r = await api.post("/v1/endpoints", json=cold)
+        assert r.status_code == 201, r.text
+        endpoint_id = r.json()["id"]
+        assert (await api.delete("/v1/secrets/GONE")).status_code == 204
+        redis = Redis.from_url(stack.redis_url)
+        try:
+            await redis.set(endpoint_wake_key(endpoint_id), str(time.time()), nx=True, ex=60)
+            await redis.publish(ENDPOINT_WAKE_CHANNEL, endpoint_id)
+        finally:
+            await redis.aclose()
+
+        async def unavailable() -> dict[str, Any] | None:
+            e: dict[str, Any] = (await api.get("/v1/endpoints/cold")).json()
+            return e if e["status"] == "UNAVAILABLE" else None
+
+        e = await until(unavailable, timeout=20, interval=0.2, what="unavailable")
+        assert "secret(s) 'GONE' deleted since the revision was made" in e["status_reason"]
+        r = await api.post("/v1/endpoints/cold/revisions", json={"env": {"V": "2"}})
+        assert (r.status_code, r.json()["field"]) == (422, "secrets"), r.text
+        assert "'GONE'" in r.json()["detail"]
+        r = await api.post("/v1/endpoints/cold/revisions", json={"secrets": []})
+        assert r.status_code == 200, r.text
+        assert r.json()["current"]["secrets"] == []
+
+
+async def test_a_templates_secrets_are_checked_at_create_and_given_at_run(sstack: Stack) -> None:
+    stack = sstack
+    await stack.start_worker_process("n1")
+    alice = await stack.create_user("alice")
+    bob = await stack.create_user("bob")
+    job = ["python3", "-c", "import os; print('token', os.environ['HF_TOKEN'], flush=True)"]
+    template = {
+        "name": "infer",
+        "session": {
+            "command": job,
+            "resources": {"cpu": "0.1", "mem": "64m"},
+            "secrets": [{"name": "hf", "env": "HF_TOKEN"}],
+        },
+    }
+    async with stack.client(alice) as api, stack.client(bob) as other:
+        r = await api.post("/v1/templates", json=template)  # alice has no hf yet
+        assert (r.status_code, r.json()["field"]) == (422, "secrets"), r.text
+        assert "'hf'" in r.json()["detail"], r.text
+        assert (await api.get("/v1/templates")).json() == []
+        r = await api.post("/v1/secrets", json={"name": "hf", "value": VALUE})
+        assert r.status_code == 201, r.text
+        r = await other.post("/v1/templates", json=template)  # alice's: not bob's to name
+        assert (r.status_code, r.json()["field"]) == (422, "secrets"), r.text
+        r = await api.post("/v1/templates", json=template)
+        assert r.status_code == 201, r.text
+        assert VALUE not in r.text
+        r = await api.post("/v1/templates/infer/run", json={})
+        assert r.status_code == 201, r.text
+        session = r.json()
+    done = await stack.wait_status(session["id"], {"SUCCEEDED", "FAILED"}, timeout=60)
+    logs = await stack.logs(session["id"], key=alice)
+    assert done["status"] == "SUCCEEDED", logs
+    assert "token ***" in logs, logs
+    assert VALUE.encode() not in await _stored_logs(stack, session["id"])
+    # deleted since the template was made: its run is a 422 naming it, as any create
+    async with stack.client(alice) as api:
+        assert (await api.delete("/v1/secrets/hf")).status_code == 204
+        r = await api.post("/v1/templates/infer/run", json={})
+        assert (r.status_code, r.json()["field"]) == (422, "secrets"), r.text
+        assert "'hf'" in r.json()["detail"], r.text
 
 
 async def _run_cli(env: dict[str, str], *args: str, ok: bool = True) -> str:
