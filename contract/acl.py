@@ -3,8 +3,9 @@ sides know its password.
 
 **A node** (``jobgate-node-{node}``):
 
-The gateway makes the user when the node joins (``JOBGATE_REDIS_USERS``), the
-worker logs in as it: the password is an HMAC of the node's credential, so neither side
+The gateway makes the user when the node's worker asks at start
+(``POST /v1/internal/nodes/redis-user``, with ``JOBGATE_REDIS_USERS``) and the worker
+logs in as it: the password is an HMAC of the node's credential, so neither side
 stores or sends another secret, and Redis keeps only its SHA-256 (``#digest``), which
 the gateway also keeps to make the user again after Redis lost it (a restart without an
 ACL file). The rules follow the keys a worker uses (:mod:`contract.keys`):
@@ -16,7 +17,10 @@ ACL file). The rules follow the keys a worker uses (:mod:`contract.keys`):
 * ``ZREM`` on arq's abort set, which arq's worker clears after each job (jobgate's
   workers never honour aborts);
 * no ``KEYS``, ``SCAN`` or ``RANDOMKEY`` (key names would tell other nodes' kernel ids),
-  no pub/sub, no administrative or dangerous command but ``INFO``, which arq reads.
+  no ``CLIENT TRACKING`` (its broadcast mode tells every key changed, whatever the
+  ACL) - of the connection commands only what a client needs to log in - no ``SELECT``
+  of another database, no pub/sub, no administrative or dangerous command but ``INFO``,
+  which arq reads.
 
 **The app proxy** (``jobgate-proxy``), whose password is an HMAC of the proxy secret,
 which the gateway and the proxies hold anyway: it reads routes and endpoint routes (and
@@ -24,7 +28,8 @@ SCANs for the latter), writes activity, spent one-time tokens and endpoint readi
 load and wake keys, and uses the route, endpoint and wake channels. It cannot write a
 route, touch a queue or a job, read console sign-ins or heartbeats.
 
-Anything else is refused with ``NOPERM`` and written to Redis's ``ACL LOG``.
+Anything else is refused with ``NOPERM`` and written to Redis's ``ACL LOG``. Selectors
+and ``%R~`` need Redis 7.0 or later. Users are server-wide: one Redis per deployment.
 """
 
 from __future__ import annotations
@@ -89,7 +94,24 @@ def password_digest(password: str) -> str:
     return hashlib.sha256(password.encode()).hexdigest()
 
 
-def node_acl_rules(node_id: str, digest: str) -> list[str]:
+def _connection(db: int) -> list[str]:
+    """What a client needs of the connection commands (not ``CLIENT TRACKING``, not a
+    ``SELECT`` of another database)."""
+    return [
+        "+auth",
+        "+hello",
+        "+ping",
+        "+echo",
+        "+quit",
+        "+reset",
+        "+client|setname",
+        "+client|getname",
+        "+client|id",
+        f"+select|{db}",
+    ]
+
+
+def node_acl_rules(node_id: str, digest: str, db: int = 0) -> list[str]:
     """``ACL SETUSER`` arguments (after the name) for node *node_id*'s user; *digest*: the
     SHA-256 (hex) of its password. ``reset`` first, so a second call replaces all."""
     queue = node_queue(node_id)
@@ -105,7 +127,7 @@ def node_acl_rules(node_id: str, digest: str) -> list[str]:
         "+@read",
         "+@write",
         "+@transaction",
-        "+@connection",
+        *_connection(db),
         "-@dangerous",
         "-scan",
         "-randomkey",
@@ -130,7 +152,7 @@ def proxy_redis_password(proxy_secret: str) -> str:
     return hmac.new(proxy_secret.encode(), b"jobgate-redis:proxy", hashlib.sha256).hexdigest()
 
 
-def proxy_acl_rules(digest: str) -> list[str]:
+def proxy_acl_rules(digest: str, db: int = 0) -> list[str]:
     """``ACL SETUSER`` arguments (after the name) for the app proxy's user."""
     return [
         "reset",
@@ -140,7 +162,7 @@ def proxy_acl_rules(digest: str) -> list[str]:
         "-@all",
         "+@read",
         "+@write",
-        "+@connection",
+        *_connection(db),
         "+@pubsub",
         "-@dangerous",
         "-randomkey",

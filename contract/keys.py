@@ -64,9 +64,11 @@ __all__ = [
     "event_job_id",
     "event_job_node",
     "heartbeat_key",
+    "is_events_job",
     "keeper_key",
     "live_key",
     "node_queue",
+    "own_jobs",
     "queued_job_id",
     "route_key",
     "schedule_job_id",
@@ -99,7 +101,7 @@ NODE_QUEUE_PREFIX: Final = "jobgate:queue:node:"
 def queued_job_id(queue: str, job_id: str) -> str:
     """*job_id* as enqueued on *queue*: ``n:{node}:{job_id}`` on a node's queue."""
     if queue.startswith(NODE_QUEUE_PREFIX):
-        return f"n:{queue.removeprefix(NODE_QUEUE_PREFIX)}:{job_id}"
+        return own_jobs(queue.removeprefix(NODE_QUEUE_PREFIX)) + job_id
     return job_id
 
 
@@ -110,11 +112,24 @@ def event_job_id(node_id: str | None, unique: str) -> str:
 
 
 def event_job_node(job_id: str) -> str | None:
-    """The node an events job's id names (None: a sim host's or an older worker's)."""
+    """The node an events job's id names (None: a sim host's or an older worker's). Node
+    ids hold no ``:``, so the first field is the node whose Redis user wrote it."""
     if not job_id.startswith("e:"):
         return None
-    node, sep, _ = job_id[2:].rpartition(":")
-    return node if sep else None
+    node, sep, _ = job_id[2:].partition(":")
+    return node if sep and node else None
+
+
+def is_events_job(job_id: str) -> bool:
+    """Whether *job_id* may be consumed from the events queue: a node's (``e:``) or one
+    written with the shared login (``events:``). A node may add any id to that queue, so
+    the consumer takes no other (it would delete another queue's job's keys)."""
+    return job_id.startswith(("e:", "events:"))
+
+
+def own_jobs(node_id: str) -> str:
+    """The prefix of every job id on *node_id*'s queue (:func:`queued_job_id`)."""
+    return f"n:{node_id}:"
 
 
 # ---- arq job ids: derived from database rows, so a second enqueue is refused -----------

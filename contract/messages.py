@@ -42,6 +42,7 @@ __all__ = [
     "NodeInfo",
     "NodeJoin",
     "NodeJoined",
+    "NodeRedisUser",
     "SecretValue",
     "SecretValues",
     "StartKernel",
@@ -343,6 +344,14 @@ class NodeJoined(_Message):
 
     node_id: str
     credential: str
+
+
+class NodeRedisUser(_Message):
+    """The answer of ``POST /v1/internal/nodes/redis-user``: the node's own Redis user,
+    made (again) for it now, whose password it derives from its credential
+    (``contract/acl.py``); None where the gateway gives nodes no users of their own."""
+
+    user: str | None = None
 
 
 class LogOffsets(_Message):

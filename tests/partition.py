@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import ipaddress
+import secrets
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -100,11 +101,13 @@ class Link:
 
 @contextlib.asynccontextmanager
 async def cut_off_link(tag: str | None = None) -> AsyncIterator[Link]:
-    """A namespace ``jgp<tag>`` with a veth to the host (10.249.<n>.1 here, .2 there)."""
-    tag = tag or f"{os.getpid() % 10000:04d}"
+    """A namespace ``jgp<tag>`` with a veth to the host: a /30 of 10.249.0.0/16 drawn at
+    random (.1 here, .2 there), so runs side by side do not meet."""
+    tag = tag or secrets.token_hex(3)
     namespace, host_if, inner_if = f"jgp{tag}", f"jgp{tag}h", f"jgp{tag}n"
-    octet = os.getpid() % 250 + 1
-    host_address, inner_address = f"10.249.{octet}.1", f"10.249.{octet}.2"
+    block = secrets.randbelow(256 * 64) * 4
+    net = ipaddress.ip_network(f"10.249.{block // 256}.{block % 256}/30")
+    host_address, inner_address = str(net[1]), str(net[2])
     _ip("netns", "add", namespace)
     link = Link(namespace, host_if, host_address)
     try:

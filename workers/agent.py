@@ -25,7 +25,7 @@ from arq.connections import ArqRedis
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
-from contract.keys import heartbeat_key, node_queue, sim_host_queue
+from contract.keys import heartbeat_key, node_queue, own_jobs, sim_host_queue
 from contract.messages import CommitKernel, StartKernel, StopKernel
 from plugins.loader import RUNTIMES, load_one
 from plugins.runtimes.base import Runtime, RuntimeContext
@@ -76,7 +76,7 @@ class Agent:
         # /metrics is served only when JOBGATE_WORKER_METRICS_PORT is set
         metrics = WorkerMetrics(lambda: self.nodes)
         await metrics.serve(s.worker_metrics_host, s.worker_metrics_port)
-        logs, pool, reporter, queue = await self._start(metrics)
+        logs, pool, jobs_pool, reporter, queue = await self._start(metrics)
         await self._keeper()
         # beating before registering: a registration Redis loses (a flush) is then seen
         # by the next beat (its key gone) and sent again with the replay
@@ -92,12 +92,7 @@ class Agent:
         except BaseException:
             beat.cancel()
             raise
-        worker = self._worker(
-            queue,
-            await queueing.connect(
-                self.redis_url, default_queue=queue, socket_timeout=REDIS_TIMEOUT_S
-            ),
-        )
+        worker = self._worker(queue, jobs_pool)
         consume = asyncio.create_task(queueing.run(worker))
         log.info("worker %s ready: %d node(s) on %s", s.node_id, len(self.nodes), queue)
         if on_ready:
@@ -165,48 +160,50 @@ class Agent:
 
     async def _start(
         self, metrics: WorkerMetrics
-    ) -> tuple[LogClient, ArqRedis, EventReporter, str]:
-        """Join (or read the credentials), connect, build the nodes; their queue."""
+    ) -> tuple[LogClient, ArqRedis, ArqRedis, EventReporter, str]:
+        """Join (or read the credentials), log in to Redis, build the nodes: the pools
+        (events and heartbeats; the queue's jobs), the reporter and the queue."""
         s = self.settings
         logs = metrics.log_client(s.gateway_url, "")  # each node presents its own credential
-        pool: ArqRedis | None = None
+        pools: list[ArqRedis] = []
         reporter: EventReporter | None = None
         try:
             credentials = await self._credentials(logs)
-            pool = await self._connect(credentials)
-            reporter = metrics.reporter(pool, s.node_id if s.sim_nodes <= 0 else None)
+            if s.sim_nodes <= 0:  # its own Redis user where the gateway gives nodes one
+                self.redis_url = await redis_login(
+                    logs.http, s.redis_url, s.node_id, credentials[s.node_id]
+                )
+            queue = sim_host_queue(s.node_id) if s.sim_nodes > 0 else node_queue(s.node_id)
+            for default in ("arq:queue", queue):
+                pools.append(
+                    await queueing.connect(
+                        self.redis_url, default_queue=default, socket_timeout=REDIS_TIMEOUT_S
+                    )
+                )
+            reporter = metrics.reporter(pools[0], s.node_id if s.sim_nodes <= 0 else None)
             reporter.start()
-            return logs, pool, reporter, self._build_nodes(reporter, logs, credentials)
+            self._build_nodes(queue, reporter, logs, credentials)
+            return logs, pools[0], pools[1], reporter, queue
         except BaseException:
             await logs.close()
             if reporter is not None:
                 await reporter.close()
-            if pool is not None:
+            for pool in pools:
                 await pool.aclose()
             await metrics.close()
             raise
 
-    async def _connect(self, credentials: dict[str, str]) -> ArqRedis:
-        """The pool, logged in as the node's own Redis user where the gateway made one (a
-        sim host's nodes share the configured login)."""
-        s = self.settings
-        if s.sim_nodes <= 0:
-            self.redis_url = await redis_login(s.redis_url, s.node_id, credentials[s.node_id])
-        return await queueing.connect(self.redis_url, socket_timeout=REDIS_TIMEOUT_S)
-
     def _build_nodes(
-        self, reporter: EventReporter, logs: LogClient, credentials: dict[str, str]
-    ) -> str:
+        self, queue: str, reporter: EventReporter, logs: LogClient, credentials: dict[str, str]
+    ) -> None:
         s = self.settings
         capacity = host_capacity(s.worker_cpu, s.worker_mem)
         accelerators = load_accelerators(s.accelerators)
         ids = self._node_ids()
         if s.sim_nodes > 0:
-            queue = sim_host_queue(s.node_id)
             runtime_name = "sim"
             store_dir = None
         else:
-            queue = node_queue(s.node_id)
             runtime_name = s.worker_runtime
             store_dir = s.state_dir / "kernels"
         # working directories: one cache per worker process (sim hosts have none)
@@ -232,7 +229,6 @@ class Agent:
             self.nodes[node_id] = NodeAgent(
                 node_id, queue, runtime, services, s, capacity, accelerators
             )
-        return queue
 
     def _worker(self, queue: str, pool: ArqRedis) -> Worker:
         async def start_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -278,7 +274,17 @@ class Agent:
             job_timeout=60,
             poll_delay=0.01,
             pool=pool,
+            # as the node's own user it may touch only its own jobs' keys (ids n:{node}:);
+            # one of another form (enqueued before node ids were in job ids) is removed
+            accept=self._own_jobs(),
         )
+
+    def _own_jobs(self) -> Callable[[str], bool] | None:
+        s = self.settings
+        if s.sim_nodes > 0 or self.redis_url == s.redis_url:
+            return None  # the configured login: every job of its queue is its own
+        prefix = own_jobs(s.node_id)
+        return lambda job_id: job_id.startswith(prefix)
 
     async def _heartbeats(self, pool: ArqRedis, reporter: EventReporter) -> None:
         """Beat; when the previous beat's key is gone (Redis restarted or was flushed, or

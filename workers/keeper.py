@@ -6,7 +6,7 @@ run on, and the next worker re-attaches to them. The worker's heartbeat alone ca
 tell the two apart, so each node also has a keeper, a tiny detached process started
 once and kept across worker restarts::
 
-    worker ──spawn (once; STATE/keeper.pid names a live one: kept)──▶ keeper
+    worker ──spawn (once; STATE/keeper.pid names a live one with the same login: kept)──▶ keeper
       (double fork, own session, like the shim: killing the worker leaves it running)
       every interval: SET jobgate:node-alive:{node} EX ttl
                       EXISTS jobgate:heartbeat:{node}   (is the worker there?)
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import signal
@@ -43,6 +44,8 @@ __all__ = ["PID_FILE", "keeper_pid", "main", "start_keeper", "stop_keeper"]
 
 log = logging.getLogger(__name__)
 PID_FILE = "keeper.pid"
+#: the SHA-256 of the Redis URL the running keeper was given (never the URL itself)
+KEEPER_LOGIN = "keeper.login"
 
 
 def keeper_pid(state_dir: Path) -> int | None:
@@ -70,12 +73,24 @@ async def start_keeper(
     ttl_s: float,
     max_disconnect_s: float,
 ) -> int | None:
-    """This node's keeper's pid: the one already running, else a new one (None if it
-    could not be started: the node then works, but a restart looks like a death)."""
+    """This node's keeper's pid: the one already running with this Redis login, else a
+    new one (None if it could not be started: the node then works, but a restart looks
+    like a death). One running with another login (the node joined anew, or it now has a
+    Redis user of its own) is stopped first: that login may no longer work."""
+    login = hashlib.sha256(redis_url.encode()).hexdigest()
+    login_file = state_dir / KEEPER_LOGIN
     if (pid := keeper_pid(state_dir)) is not None:
-        log.info("node keeper %d still runs: kept", pid)
-        return pid
+        if await asyncio.to_thread(_read, login_file) == login:
+            log.info("node keeper %d still runs: kept", pid)
+            return pid
+        log.info("node keeper %d runs with another Redis login: replaced", pid)
+        stop_keeper(state_dir)
+        for _ in range(500):  # gone within 5 s (it deletes its key on the way out)
+            if keeper_pid(state_dir) is None:
+                break
+            await asyncio.sleep(0.01)
     await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True)
+    await asyncio.to_thread(_write_private, login_file, login)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "JOBGATE_REDIS_URL": redis_url}
     if "PYTHONPATH" in os.environ:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
@@ -104,6 +119,19 @@ async def start_keeper(
     log.warning("the node keeper did not start (exit %s): a worker restart will look "
                 "like the node's loss", code)  # fmt: skip
     return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text + "\n")
 
 
 def stop_keeper(state_dir: Path) -> None:

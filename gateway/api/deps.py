@@ -62,6 +62,7 @@ __all__ = [
     "Images",
     "JoinAuth",
     "Logs",
+    "NodeBearer",
     "NodeCredentials",
     "Nodes",
     "Policies",
@@ -300,5 +301,7 @@ async def _join(
 
 #: the calling node's id, from its own credential (``node_credentials.py``)
 CurrentNode = Annotated[str, Depends(_node)]
+#: the node credential a request presented (after CurrentNode authenticated it)
+NodeBearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 NodeCredentials = Annotated[NodeCredentialService, Depends(_node_credentials)]
 JoinAuth = Depends(_join)

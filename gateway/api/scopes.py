@@ -45,6 +45,7 @@ ROUTE_SCOPES: Final[dict[str, str | None]] = {
     "GET /v1/blobs/{digest}": NO_KEY,  # the node's own credential
     "POST /v1/internal/kernels/{kernel_id}/logs": NO_KEY,  # the node's own credential
     "POST /v1/internal/nodes/join": NO_KEY,  # the join token
+    "POST /v1/internal/nodes/redis-user": NO_KEY,  # the node's own credential
     "GET /v1/internal/kernels/{kernel_id}/secrets": NO_KEY,  # the node's own credential
     # user secrets (docs/secrets.md): they reach sessions
     "POST /v1/secrets": SESSIONS,

@@ -7,7 +7,9 @@ lost "exited" would leave its session RUNNING for ever. Handling a batch twice i
 
 A job whose id names a node (``e:{node}:…``) was written by that node's own Redis user
 (only it may write such ids, :mod:`contract.acl`): the gateway takes from it only what
-concerns that node.
+concerns that node. Any id but those and ``events:…`` (the shared login's) is removed
+unread: a node may add ids to this queue, and arq would run, or delete the keys of,
+another queue's job under that id.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from arq.worker import Retry, Worker, func
 
-from contract.keys import EVENTS_QUEUE, event_job_node
+from contract.keys import EVENTS_QUEUE, event_job_node, is_events_job
 from contract.messages import EventBatch
 from gateway.db.engine import unavailable
 from gateway.loops.events import EventHandler
@@ -67,4 +69,5 @@ def events_worker(
         job_timeout=30,
         handle_signals=handle_signals,
         ctx={"events": handler, "metrics": metrics},
+        accept=is_events_job,
     )

@@ -13,9 +13,9 @@ join-token holder cannot take over an existing node); ``jobgate nodes revoke NOD
 refuses the credential at once (no cache: every internal request reads the row), after
 which that node id may join again.
 
-With ``JOBGATE_REDIS_USERS`` the node also gets a Redis user of its own at join
-(``gateway/services/redis_users.py``), made before the row commits (a join Redis refused
-leaves nothing behind) and deleted before a revoke commits.
+With ``JOBGATE_REDIS_USERS`` a node also has a Redis user of its own
+(``gateway/services/redis_users.py``), made when its worker asks at start
+(:meth:`NodeCredentialService.redis_user`) and deleted after a revoke commits.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from __future__ import annotations
 import logging
 import secrets
 
+from redis.exceptions import RedisError
 from sqlalchemy import exists, select
 from sqlalchemy.exc import IntegrityError
 
+from contract.acl import node_redis_user
 from gateway.auth import hash_key
 from gateway.db.clock import db_now
 from gateway.db.engine import SessionFactory
@@ -59,20 +61,13 @@ class NodeCredentialService:
                         "in its state dir (an admin can revoke it: jobgate nodes revoke "
                         f"{node_id}, then it may join again)"
                     )
-                redis_digest = None
-                if self.redis_users is not None and self.redis_users.enabled:
-                    redis_digest = RedisUsers.digest(node_id, credential)
                 if row is None:
-                    row = NodeCredential(node_id=node_id, digest=hash_key(credential))
-                    db.add(row)
+                    db.add(NodeCredential(node_id=node_id, digest=hash_key(credential)))
                 else:
                     row.digest = hash_key(credential)
                     row.created_at = await db_now(db)
                     row.revoked_at = None
-                row.redis_digest = redis_digest
-                await db.flush()  # a second join of a new node fails here, before Redis
-                if self.redis_users is not None and redis_digest is not None:
-                    await self.redis_users.create(node_id, redis_digest)
+                    row.redis_digest = None  # the old credential's; made anew on request
         except IntegrityError:  # two joins of one new node at once: the first wins
             raise Conflict(f"node {node_id} has joined already") from None
         log.info("node %s joined", node_id)
@@ -96,6 +91,21 @@ class NodeCredentialService:
             )
         return row.node_id
 
+    async def redis_user(self, node_id: str, credential: str) -> str | None:
+        """Make (again) the Redis user of *node_id*, whose *credential* was just
+        authenticated, and keep its digest; its name, or None without node users."""
+        users = self.redis_users
+        if users is None or not users.enabled:
+            return None
+        digest = RedisUsers.digest(node_id, credential)
+        async with self.db() as db, db.begin():
+            row = await db.get(NodeCredential, node_id, with_for_update=True)
+            if row is None or row.revoked_at is not None:  # revoked since it authenticated
+                raise Unauthenticated(f"the credential of node {node_id} was revoked")
+            row.redis_digest = digest
+        await users.create(node_id, digest)
+        return node_redis_user(node_id)
+
     async def revoke(self, node_id: str) -> None:
         """Refuse *node_id*'s credential from now on (404 if it never joined)."""
         async with self.db() as db, db.begin():
@@ -105,9 +115,14 @@ class NodeCredentialService:
             if row.revoked_at is None:
                 row.revoked_at = await db_now(db)
             row.redis_digest = None
-            if self.redis_users is not None:
-                await self.redis_users.remove(node_id)
         log.warning("credential of node %s revoked", node_id)
+        # after the commit: a check of the users (RedisUsers.keep) that read the row before
+        # it would make the user again, and deletes it at its next round if it did
+        if self.redis_users is not None:
+            try:
+                await self.redis_users.remove(node_id)
+            except (OSError, RedisError) as exc:
+                log.warning("node %s: its Redis user is left to the next check: %s", node_id, exc)
 
     async def check_kernel(
         self,

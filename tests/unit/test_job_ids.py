@@ -11,7 +11,14 @@ from contract.acl import (
     node_acl_rules,
     node_redis_password,
 )
-from contract.keys import event_job_id, event_job_node, node_queue, queued_job_id, sim_host_queue
+from contract.keys import (
+    event_job_id,
+    event_job_node,
+    is_events_job,
+    node_queue,
+    queued_job_id,
+    sim_host_queue,
+)
 from plumbing.redis_login import with_login
 
 
@@ -64,3 +71,12 @@ def test_the_rules_name_arq_s_own_keys() -> None:
     ) == ARQ_JOB_PREFIXES
     assert constants.abort_jobs_ss == ARQ_ABORT_SET
     assert constants.health_check_key_suffix == ARQ_HEALTH_SUFFIX
+
+
+def test_the_consumer_takes_only_events_jobs_and_reads_the_writer_from_the_first_field() -> None:
+    assert is_events_job(event_job_id("n1", "abc"))
+    assert is_events_job(event_job_id(None, "abc"))
+    assert not is_events_job(queued_job_id(node_queue("n1"), "start:k"))  # a node's own
+    assert not is_events_job("schedule:default")
+    assert event_job_node("e:n1:x:y") == "n1"  # node ids hold no ":"
+    assert event_job_node("e::x") is None

@@ -9,8 +9,16 @@ import binascii
 
 from fastapi import APIRouter
 
-from contract.messages import LogOffsets, LogUpload, NodeJoin, NodeJoined, SecretValue, SecretValues
-from gateway.api.deps import CurrentNode, JoinAuth, Logs, NodeCredentials, Secrets
+from contract.messages import (
+    LogOffsets,
+    LogUpload,
+    NodeJoin,
+    NodeJoined,
+    NodeRedisUser,
+    SecretValue,
+    SecretValues,
+)
+from gateway.api.deps import CurrentNode, JoinAuth, Logs, NodeBearer, NodeCredentials, Secrets
 from gateway.domain.errors import Invalid
 from gateway.services.logs import LogChunkIn
 
@@ -27,6 +35,19 @@ async def join_node(body: NodeJoin, credentials: NodeCredentials) -> NodeJoined:
     """The node's own credential, shown once; 409 if that node id holds a valid one."""
     credential = await credentials.join(body.node_id)
     return NodeJoined(node_id=body.node_id, credential=credential)
+
+
+@router.post(
+    "/nodes/redis-user", operation_id="internal-node-redis-user", response_model=NodeRedisUser
+)
+async def node_redis_user(
+    node: CurrentNode, bearer: NodeBearer, credentials: NodeCredentials
+) -> NodeRedisUser:
+    """The calling node's own Redis user, made (again) now: a worker asks at each start,
+    so a Redis that lost its users, or a node that joined before nodes had them, gets
+    one. ``user`` is null where the gateway gives nodes no users (JOBGATE_REDIS_USERS)."""
+    assert bearer is not None  # CurrentNode refused a request without one
+    return NodeRedisUser(user=await credentials.redis_user(node, bearer.credentials))
 
 
 @router.post(
