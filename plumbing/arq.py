@@ -162,7 +162,28 @@ async def stop(worker: Worker, main: asyncio.Future[None], grace: float = 5.0) -
     await worker.pool.aclose()
 
 
-class _OwnJobsWorker(Worker):
+class _Worker(Worker):
+    """arq's ``Worker``, without its slot leak: ``start_jobs`` takes a slot (its
+    semaphore and job counter) before its Redis exchange for the job, and a connection
+    error or a timeout there leaves it taken (arq 0.28). :func:`run` starts the loop
+    again after such an error, so each Redis restart or partition cost a slot, and after
+    ``max_jobs`` of them the worker took no job ever again."""
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        for job_id in job_ids:
+            if self.job_counter >= self.max_jobs:
+                return  # arq's own stop for this poll (it would take and give back a slot)
+            try:
+                await super().start_jobs([job_id])
+            except (RedisError, OSError):
+                # a Redis error comes only from the exchange, after the slot was taken
+                # and before a task would give it back: give it back here
+                self.job_counter -= 1
+                self.sem.release()
+                raise
+
+
+class _OwnJobsWorker(_Worker):
     """An arq worker that runs only the jobs *accept* takes for its own: any other id on
     its queue is removed (with a WARNING) before arq touches its keys. For a login that
     may not touch them (a node's own Redis user and a job enqueued before node ids were
@@ -208,7 +229,7 @@ def make_worker(
     :func:`run` and end it with :func:`stop`.
     """
     options: dict[str, Any] = {} if accept is None else {"accept": accept}
-    return (Worker if accept is None else _OwnJobsWorker)(
+    return (_Worker if accept is None else _OwnJobsWorker)(
         functions=functions,
         cron_jobs=cron_jobs,
         queue_name=queue,
