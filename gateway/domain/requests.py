@@ -139,6 +139,8 @@ def _integer_fields(model: type[BaseModel]) -> frozenset[str]:
 #: an absolute path with no ".." part and not "/" alone (what the validators below take)
 _PART = r"(?:[^/\x00.][^/\x00]*|\.(?:[^/\x00.][^/\x00]*)?|\.\.[^/\x00]+)"
 ABSOLUTE_PATH_PATTERN = rf"^/+(?:{_PART}/+)*{_PART}/*$"
+#: the same, naming a file: no "/" at its end
+FILE_PATH_PATTERN = rf"^/+(?:{_PART}/+)*{_PART}$"
 
 
 class MountSpec(Input):
@@ -202,7 +204,7 @@ class SecretMount(Input):
     path: str | None = Field(
         default=None,
         max_length=1024,
-        json_schema_extra={"pattern": ABSOLUTE_PATH_PATTERN},
+        json_schema_extra={"pattern": FILE_PATH_PATTERN},
         description="absolute path of a file (mode 0400) instead of a variable",
     )
 

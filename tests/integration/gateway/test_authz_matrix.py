@@ -107,6 +107,7 @@ MATRIX: dict[str, str] = {
     # worker nodes
     "POST /v1/internal/kernels/{kernel_id}/logs": NODE,
     "POST /v1/internal/nodes/join": JOIN,
+    "POST /v1/internal/nodes/redis-user": NODE,
     "GET /v1/internal/kernels/{kernel_id}/secrets": NODE,
     # user secrets (docs/secrets.md): each user's own and their projects' (someone
     # else's is a 404 like a made-up name)

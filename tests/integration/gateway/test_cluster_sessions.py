@@ -149,7 +149,8 @@ async def test_multi_node_sessions_on_shared_networks_meet_on_ports_the_schedule
     ]
     ports = []
     for session in sessions:
-        text = await stack.wait_output(session["id"], "port ", timeout=30)
+        # every container prints its line; main1's may come after a sub's
+        text = await stack.wait_output(session["id"], " on main1", timeout=30)
         main = next(line for line in text.splitlines() if line.endswith("on main1"))
         ports.append(int(main.split()[1]))
     assert len(set(ports)) == 2, ports  # two live sessions, two ports

@@ -17,7 +17,12 @@ from hypothesis import strategies as st
 from contract.folders import FOLDER_PATH_PATTERN, UnsafePath, split_path
 from gateway.api.routes.images import SERVICE_PORTS_PATTERN
 from gateway.domain.endpoints import LIFETIME_PATTERN, parse_expiry
-from gateway.domain.requests import ABSOLUTE_PATH_PATTERN, MountSpec
+from gateway.domain.requests import (
+    ABSOLUTE_PATH_PATTERN,
+    FILE_PATH_PATTERN,
+    MountSpec,
+    SecretMount,
+)
 from gateway.domain.validation import (
     DELAY_PATTERN,
     IMAGE_PATTERN,
@@ -115,6 +120,12 @@ def test_service_ports_agree(text: str) -> None:
 @given(_valid(ABSOLUTE_PATH_PATTERN))
 def test_mount_paths_agree(path: str) -> None:
     MountSpec(source=path, target=path)
+
+
+@SOME
+@given(_valid(FILE_PATH_PATTERN))
+def test_secret_file_paths_agree(path: str) -> None:
+    SecretMount(name="TOKEN", path=path)
 
 
 def _amounts(zero: bool) -> st.SearchStrategy[dict[str, str | int | float]]:
