@@ -102,6 +102,12 @@ class UpStack:
         return str(self.data_dir / "redis.sock")
 
     @property
+    def redis_password(self) -> str:
+        """The password of its `default` user, kept in DATA_DIR/secrets.json."""
+        kept: dict[str, str] = json.loads((self.data_dir / "secrets.json").read_text())
+        return kept.get("redis_password", "")
+
+    @property
     def log_path(self) -> Path:
         return self.data_dir.parent / "up.log"
 
@@ -185,13 +191,14 @@ HOPS = {
 class RedisTrace:
     """Every command the stack's private Redis runs, with Redis's own timestamps."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, password: str) -> None:
         self.commands: list[tuple[float, str]] = []
-        self._thread = threading.Thread(target=self._listen, args=(socket_path,), daemon=True)
+        args = (socket_path, password)
+        self._thread = threading.Thread(target=self._listen, args=args, daemon=True)
         self._thread.start()
 
-    def _listen(self, socket_path: str) -> None:
-        client = redis.Redis(unix_socket_path=socket_path)
+    def _listen(self, socket_path: str, password: str) -> None:
+        client = redis.Redis(unix_socket_path=socket_path, password=password or None)
         try:
             with client.monitor() as monitor:  # type: ignore[no-untyped-call]
                 for item in monitor.listen():
@@ -397,7 +404,7 @@ def main() -> int:
     say(f"starting jobgate up --runtime podman ({database}, private Redis)")
     with up_stack(args.database_url, args.egress) as (stack, key):
         say(f"stack ready at {stack.url}")
-        trace = RedisTrace(stack.redis_socket) if args.trace else None
+        trace = RedisTrace(stack.redis_socket, stack.redis_password) if args.trace else None
         result = asyncio.run(measure(stack.url, key, args, trace))
     result["goal_met"] = result["overhead_paired"]["median_ms"] <= GOAL_MS
     report(result, args, database)

@@ -7,6 +7,7 @@ ships). Everything binds to 127.0.0.1 or a unix socket; nothing here reaches off
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import socket
 import subprocess
@@ -66,12 +67,20 @@ def redis_server_binary() -> str:
 
 
 def redis_server_argv(
-    workdir: Path, *, port: int = 0, unix_socket: Path | None = None
+    workdir: Path, *, port: int = 0, unix_socket: Path | None = None, password: str = ""
 ) -> list[str]:
-    """A throw-away Redis: nothing saved to disk, loopback or a private unix socket only."""
+    """A throw-away Redis: nothing saved to disk, loopback or a private unix socket only.
+
+    With *password*, Redis's ``default`` user (every right) needs it: an ACL rule that
+    names only its SHA-256 (``#HEX``), so the command line, which every user of the host
+    may read in ``/proc/PID/cmdline``, never holds the password itself (``requirepass``
+    would). Redis 6.0 and later."""
     argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1"]
     if unix_socket is not None:
         argv += ["--unixsocket", str(unix_socket), "--unixsocketperm", "700"]
+    if password:
+        digest = hashlib.sha256(password.encode()).hexdigest()
+        argv += ["--user", "default", "reset", "on", f"#{digest}", "~*", "&*", "+@all"]
     argv += ["--save", "", "--appendonly", "no", "--dir", str(workdir), "--loglevel", "warning"]
     return argv
 

