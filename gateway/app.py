@@ -100,7 +100,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = create_engine(settings.effective_database_url)
         db = create_session_factory(engine)
-        pool = await connect(settings.redis_url)
+        pool = await connect(settings.redis_url, wait=True)
         folder_service = FolderService(
             db, FolderFS(settings.effective_folders_root, settings.folders_uid)
         )

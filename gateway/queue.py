@@ -40,7 +40,11 @@ __all__ = [
 JOB_EXPIRES_S = 3600
 
 
-async def connect(redis_url: str) -> ArqRedis:
+async def connect(redis_url: str, *, wait: bool = False) -> ArqRedis:
+    """The pool; with *wait*, tried again until Redis answers (a process starting while
+    Redis restarts waits for it instead of exiting)."""
+    if wait:
+        return await jobs.connect_when_up(redis_url, default_queue=SCHEDULER_QUEUE)
     return await jobs.connect(redis_url, default_queue=SCHEDULER_QUEUE)
 
 

@@ -35,13 +35,16 @@ from arq.cron import CronJob
 from arq.jobs import serialize_job
 from arq.utils import timestamp_ms
 from arq.worker import Function, Worker
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from contract.arq import json_deserializer, json_serializer
 
 __all__ = [
     "QueuedJob",
     "connect",
+    "connect_when_up",
     "enqueue_many",
     "make_worker",
     "redis_settings",
@@ -88,6 +91,29 @@ async def connect(
         await connections.disconnect()  # the one create_pool made, without it
         connections.reset()  # type: ignore[no-untyped-call]  # (redis-py leaves it untyped)
     return pool
+
+
+async def connect_when_up(
+    redis_url: str,
+    *,
+    default_queue: str = "arq:queue",
+    socket_timeout: float | None = None,
+    retry_s: float = 1.0,
+) -> ArqRedis:
+    """:func:`connect`, tried again until Redis answers: for a long-lived process (the
+    gateway, the scheduler, a worker) started while Redis is down (restarting, or not up
+    yet), which then waits for it as its queue loop does (:func:`run`) instead of
+    exiting after arq's few connection tries (5, a second apart)."""
+    while True:
+        try:
+            return await connect(
+                redis_url, default_queue=default_queue, socket_timeout=socket_timeout
+            )
+        except AuthenticationError:
+            raise  # a wrong login is not a Redis that is down
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            log.warning("Redis not reachable at start (%s); trying again", exc)
+            await asyncio.sleep(retry_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,11 +213,12 @@ def _python_constants(file: Path) -> Iterator[str]:
 
 def code_variables() -> set[str]:
     """``JOBGATE_*`` names the code reads or sets: string constants (docstrings aside) of
-    the source packages and the test support modules, the words of the scripts, the
-    Containerfile and compose.yaml, and the settings models' fields."""
+    the source packages and the test support modules (the e2e harnesses too), the words
+    of the scripts, the Containerfile and compose.yaml, and the settings models' fields."""
     found: set[str] = set()
     files = [f for p in SOURCES for f in (ROOT / p).rglob("*") if f.is_file()]
     files += [ROOT / "Containerfile", ROOT / "compose.yaml", *(ROOT / "tests").glob("*.py")]
+    files += sorted((ROOT / "tests" / "e2e").glob("*_harness.py"))
     for file in files:
         if file.suffix == ".py" and file.name != "docs_names.py":
             texts = list(_python_constants(file))

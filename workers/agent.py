@@ -176,7 +176,7 @@ class Agent:
             queue = sim_host_queue(s.node_id) if s.sim_nodes > 0 else node_queue(s.node_id)
             for default in ("arq:queue", queue):
                 pools.append(
-                    await queueing.connect(
+                    await queueing.connect_when_up(
                         self.redis_url, default_queue=default, socket_timeout=REDIS_TIMEOUT_S
                     )
                 )

@@ -68,7 +68,7 @@ def _tick_seconds(interval: float) -> set[int]:
 async def run_scheduler(settings: GatewaySettings, *, handle_signals: bool = True) -> None:
     engine = create_engine(settings.effective_database_url)
     db = create_session_factory(engine)
-    pool = await connect(settings.redis_url)
+    pool = await connect(settings.redis_url, wait=True)
     metrics = SchedulerMetrics()
     server = MetricsServer(metrics, pool)
     await server.start(settings.scheduler_metrics_host, settings.scheduler_metrics_port)

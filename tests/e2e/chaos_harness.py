@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import random
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,9 +30,15 @@ from gateway.bootstrap import admin_key
 from gateway.db.migrate import upgrade
 from jobgate.localnet import free_port, redis_server_argv, wait_port
 
-__all__ = ["ChaosStack", "Component", "PostgresCluster", "pg_bin"]
+__all__ = ["ChaosStack", "Component", "PostgresCluster", "pg_bin", "soak_seed"]
 
 NODE_TOKEN = "jgn_chaos-node-token"
+
+
+def soak_seed() -> int:
+    """The chaos soak's seed: ``JOBGATE_SOAK_SEED`` repeats a run; else a fresh one."""
+    given = os.environ.get("JOBGATE_SOAK_SEED")
+    return int(given) if given else random.SystemRandom().randrange(2**32)
 
 
 def pg_bin() -> Path | None:
@@ -227,16 +235,20 @@ class ChaosStack:
         else:
             self.components[name].wait_ready()
 
-    def restart(self, name: str) -> None:
-        """SIGKILL the component, start it again and wait until it is up."""
+    def restart(self, name: str, down_s: float = 0.0) -> None:
+        """SIGKILL the component, leave it down *down_s*, start it again and wait until
+        it is up."""
         component = self.components[name]
         component.kill9()
+        time.sleep(down_s)
         component.start()
         self._wait_up(name)
 
-    def restart_postgres(self) -> None:
+    def restart_postgres(self, down_s: float = 0.0) -> None:
+        """An immediate shutdown (a crash: recovery on the next start), *down_s* down."""
         assert self.pg is not None
         self.pg.stop("immediate")
+        time.sleep(down_s)
         self.pg.start()
 
     def close(self) -> None:
