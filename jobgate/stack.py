@@ -86,6 +86,10 @@ def _sim_host(env: dict[str, str]) -> bool:
         return False
 
 
+def _without(env: dict[str, str], *names: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in names}
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -277,6 +281,10 @@ class Stack:
         own_login = env | {"JOBGATE_REDIS_URL": self.redis_url}
         worker_base = own_login if self._own_users(env) and not _sim_host(env) else env
         proxy_base = own_login if self._own_users(env) else env
+        # and neither holds what only the others need: the database URL, the proxy secret
+        # (the worker), the join token (the proxy)
+        worker_base = _without(worker_base, "JOBGATE_DATABASE_URL", "JOBGATE_PROXY_SECRET")
+        proxy_base = _without(proxy_base, "JOBGATE_DATABASE_URL", "JOBGATE_JOIN_TOKEN")
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)

@@ -77,6 +77,13 @@ def test_run_prints_output_and_exits_with_the_jobs_code_and_redis_keeps_its_logi
     # do they get the password too
     wanted = {"gateway serve", "scheduler run"}
     assert holders == (wanted if users else wanted | {"worker run", "proxy serve"})
+    # nor do they hold what only the others need
+    for cmd, environ in _environ_of(up.data_dir).items():
+        names = {item.split(b"=", 1)[0].decode() for item in environ.split(b"\0") if item}
+        if " worker run" in cmd:
+            assert not names & {"JOBGATE_DATABASE_URL", "JOBGATE_PROXY_SECRET"}, cmd
+        if " proxy serve" in cmd:
+            assert not names & {"JOBGATE_DATABASE_URL", "JOBGATE_JOIN_TOKEN"}, cmd
     if not users:
         return
     (node,) = up.cli_json("nodes", "ls")
