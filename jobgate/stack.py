@@ -275,16 +275,6 @@ class Stack:
         }
         if "redis" in self.components and self._redis_has_users():
             env.setdefault("JOBGATE_REDIS_USERS", "true")  # a user per node, one for proxies
-        # the gateway and the scheduler log in with the password; the worker and the proxy
-        # as their own users (their URL names none), so a process of theirs, or a session
-        # that reads their environment, never holds the login that may do everything
-        own_login = env | {"JOBGATE_REDIS_URL": self.redis_url}
-        worker_base = own_login if self._own_users(env) and not _sim_host(env) else env
-        proxy_base = own_login if self._own_users(env) else env
-        # and neither holds what only the others need: the database URL, the proxy secret
-        # (the worker), the join token (the proxy)
-        worker_base = _without(worker_base, "JOBGATE_DATABASE_URL", "JOBGATE_PROXY_SECRET")
-        proxy_base = _without(proxy_base, "JOBGATE_DATABASE_URL", "JOBGATE_JOIN_TOKEN")
         if socket:
             env["JOBGATE_PODMAN_SOCKET"] = socket
             env["JOBGATE_DEFAULT_IMAGE"] = self._default_image(socket)
@@ -303,6 +293,16 @@ class Stack:
                 f"  devices    mock, from {os.environ['JOBGATE_MOCK_DEVICES']} "
                 "(unenforced fractions allowed)"
             )
+        # the gateway and the scheduler log in with the password; the worker and the proxy
+        # as their own users (their URL names none), so a process of theirs, or a session
+        # that reads their environment, never holds the login that may do everything; and
+        # neither holds what only the others need: the database URL, the proxy secret (the
+        # worker), the join token (the proxy). (From the whole env, made by now.)
+        own_login = env | {"JOBGATE_REDIS_URL": self.redis_url}
+        worker_base = own_login if self._own_users(env) and not _sim_host(env) else env
+        proxy_base = own_login if self._own_users(env) else env
+        worker_base = _without(worker_base, "JOBGATE_DATABASE_URL", "JOBGATE_PROXY_SECRET")
+        proxy_base = _without(proxy_base, "JOBGATE_DATABASE_URL", "JOBGATE_JOIN_TOKEN")
         me = [sys.executable, "-m", "jobgate"]
         self._spawn(
             "gateway", [*me, "gateway", "serve", "--host", self.host, "--port", str(self.port)], env

@@ -77,13 +77,22 @@ def test_run_prints_output_and_exits_with_the_jobs_code_and_redis_keeps_its_logi
     # do they get the password too
     wanted = {"gateway serve", "scheduler run"}
     assert holders == (wanted if users else wanted | {"worker run", "proxy serve"})
-    # nor do they hold what only the others need
-    for cmd, environ in _environ_of(up.data_dir).items():
-        names = {item.split(b"=", 1)[0].decode() for item in environ.split(b"\0") if item}
-        if " worker run" in cmd:
-            assert not names & {"JOBGATE_DATABASE_URL", "JOBGATE_PROXY_SECRET"}, cmd
-        if " proxy serve" in cmd:
-            assert not names & {"JOBGATE_DATABASE_URL", "JOBGATE_JOIN_TOKEN"}, cmd
+    # nor do they hold what only the others need, and they hold all else the gateway has
+    names = {
+        cmd.split(" -m jobgate ", 1)[-1].split(" --")[0].strip(): {
+            item.split(b"=", 1)[0].decode()
+            for item in environ.split(b"\0")
+            if item.startswith(b"JOBGATE_")
+        }
+        for cmd, environ in _environ_of(up.data_dir).items()
+    }
+    withheld = {
+        "worker run": {"JOBGATE_DATABASE_URL", "JOBGATE_PROXY_SECRET"},
+        "proxy serve": {"JOBGATE_DATABASE_URL", "JOBGATE_JOIN_TOKEN"},
+    }
+    for component, kept_from_it in withheld.items():
+        assert not names[component] & kept_from_it, component
+        assert names["gateway serve"] - kept_from_it <= names[component], component
     if not users:
         return
     (node,) = up.cli_json("nodes", "ls")
