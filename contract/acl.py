@@ -111,6 +111,13 @@ def _connection(db: int) -> list[str]:
     ]
 
 
+def _login(digest: str, db: int) -> list[str]:
+    """What every jobgate user starts from: replaced whole (``reset``), its password's
+    SHA-256, no channel, no command but reads, writes and logging in; keys per user."""
+    return ["reset", "on", f"#{digest}", "resetchannels", "-@all", "+@read", "+@write",
+            *_connection(db)]  # fmt: skip
+
+
 def node_acl_rules(node_id: str, digest: str, db: int = 0) -> list[str]:
     """``ACL SETUSER`` arguments (after the name) for node *node_id*'s user; *digest*: the
     SHA-256 (hex) of its password. ``reset`` first, so a second call replaces all."""
@@ -119,15 +126,8 @@ def node_acl_rules(node_id: str, digest: str, db: int = 0) -> list[str]:
     job, _, _, result = ARQ_JOB_PREFIXES
     own_events = [f"~{job}e:{node_id}:*", f"~{result}e:{node_id}:*"]
     return [
-        "reset",
-        "on",
-        f"#{digest}",
-        "resetchannels",
-        "-@all",
-        "+@read",
-        "+@write",
+        *_login(digest, db),
         "+@transaction",
-        *_connection(db),
         "-@dangerous",
         "-scan",
         "-randomkey",
@@ -155,14 +155,7 @@ def proxy_redis_password(proxy_secret: str) -> str:
 def proxy_acl_rules(digest: str, db: int = 0) -> list[str]:
     """``ACL SETUSER`` arguments (after the name) for the app proxy's user."""
     return [
-        "reset",
-        "on",
-        f"#{digest}",
-        "resetchannels",
-        "-@all",
-        "+@read",
-        "+@write",
-        *_connection(db),
+        *_login(digest, db),
         "+@pubsub",
         "-@dangerous",
         "-randomkey",
