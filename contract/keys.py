@@ -56,6 +56,7 @@ __all__ = [
     "activity_key",
     "commit_job_id",
     "console_session_key",
+    "console_sso_key",
     "dirty_key",
     "endpoint_load_key",
     "endpoint_ready_key",
@@ -190,6 +191,12 @@ def activity_key(session_id: str) -> str:
 def used_token_key(token_id: str) -> str:
     """Marks a one-time app token as spent."""
     return USED_TOKEN_PREFIX + token_id
+
+
+def console_sso_key(state_digest: str) -> str:
+    """A console sign-in under way at an identity provider (JSON: the provider, nonce,
+    PKCE verifier and the browser's binding), by the SHA-256 of its ``state``; read once."""
+    return CONSOLE_SESSION_PREFIX + "sso:" + state_digest
 
 
 def console_session_key(cookie_digest: str) -> str:

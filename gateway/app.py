@@ -30,6 +30,7 @@ from gateway.api.audit import AuditMiddleware
 from gateway.api.routes import (
     apps,
     audit,
+    auth,
     blobs,
     budgets,
     endpoints,
@@ -73,6 +74,7 @@ from gateway.services.folderfs import FolderFS
 from gateway.services.folders import FolderService
 from gateway.services.hooks import HookService, prune_deliveries
 from gateway.services.logs import LogService
+from gateway.services.oidc import OidcService
 from gateway.services.redis_users import RedisUsersUnusable
 from gateway.services.secrets import SecretService
 from gateway.services.sessions import SessionService
@@ -109,12 +111,13 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             db, pool, settings, blob_store, folder_service, secrets=secret_service
         )
         templates_ = TemplateService(db, sessions_)
+        keys = KeyCache(settings.api_key_cache_s)
         state = AppState(
             settings=settings,
             engine=engine,
             db=db,
             pool=pool,
-            keys=KeyCache(settings.api_key_cache_s),
+            keys=keys,
             sessions=sessions_,
             logs=LogService(db, pool, settings.max_log_bytes, secret_service),
             blobs=blob_store,
@@ -123,6 +126,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             webhooks=WebhookService(db, settings),
             folders=folder_service,
             secrets=secret_service,
+            oidc=OidcService(db, keys, secret_key, key_ttl_s=settings.oidc_key_ttl_s),
         )
         app.state.jobgate = state
         if settings.redis_users:  # this Redis and the gateway's login can hold them
@@ -197,6 +201,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         secrets,
         usage,
         audit,
+        auth,
     )
     for module in routers:
         responses = None if module is health else problems.PROBLEM_RESPONSES

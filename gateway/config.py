@@ -172,6 +172,9 @@ class GatewaySettings(BaseSettings):
     api_key_cache_s: float = 5.0
     #: how long a web console sign-in lasts (the cookie and its server-side record)
     console_session_s: int = 12 * 3600
+    #: how long the API key a single sign-on (``jobgate login``) yields lasts: the CLI
+    #: trades the provider's refresh token for a new one when it ends (docs/auth.md)
+    oidc_key_ttl_s: int = Field(default=900, ge=60, le=86400)
     page_size_max: int = 500
 
     @field_validator("allowed_mount_roots", "webhook_allow_cidrs", mode="before")

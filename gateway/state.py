@@ -26,6 +26,7 @@ from gateway.services.images import ImageService
 from gateway.services.logs import LogService
 from gateway.services.node_credentials import NodeCredentialService
 from gateway.services.nodes import NodeService
+from gateway.services.oidc import OidcService
 from gateway.services.policies import PolicyService
 from gateway.services.projects import ProjectService
 from gateway.services.redis_users import RedisUsers
@@ -55,6 +56,7 @@ class AppState:
     webhooks: WebhookService
     folders: FolderService
     secrets: SecretService
+    oidc: OidcService
     health: HealthService = field(init=False)
     users: UserService = field(init=False)
     projects: ProjectService = field(init=False)

@@ -6,6 +6,9 @@ Read from ``$JOBGATE_CONFIG`` or ``~/.config/jobgate/config.toml``; ``JOBGATE_UR
     url = "http://127.0.0.1:8420"
     api_key = "jg_..."
     proxy_url = "http://127.0.0.1:8421"
+
+``jobgate login`` adds an ``[sso]`` table: the provider's refresh token and where to
+trade it, and the name and expiry of the short-lived key it made (``jobgate/sso.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 import platformdirs
 import tomli_w
 
-__all__ = ["Profile", "profile_path"]
+__all__ = ["Profile", "SignOn", "profile_path"]
 
 
 def profile_path() -> Path:
@@ -29,31 +32,60 @@ def profile_path() -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class SignOn:
+    """A ``jobgate login``: what renews the key when it expires."""
+
+    provider: str
+    token_endpoint: str
+    client_id: str
+    refresh_token: str
+    key_name: str
+    key_expires_at: str  # ISO 8601, as the gateway said
+
+    @classmethod
+    def from_toml(cls, data: object) -> SignOn | None:
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{name: str(data[name]) for name in cls.__slots__})
+        except KeyError:
+            return None  # a table from another version: sign in again
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     url: str
     api_key: str
     proxy_url: str = ""
+    sso: SignOn | None = None
 
     @classmethod
     def load(cls) -> Profile:
-        data: dict[str, str] = {}
+        data: dict[str, object] = {}
         path = profile_path()
         if path.exists():
             with path.open("rb") as fh:
-                data = {k: str(v) for k, v in tomllib.load(fh).items()}
-        url = os.environ.get("JOBGATE_URL") or data.get("url", "")
-        key = os.environ.get("JOBGATE_API_KEY") or data.get("api_key", "")
-        proxy = os.environ.get("JOBGATE_PROXY_URL") or data.get("proxy_url", "")
-        return cls(url=url.rstrip("/"), api_key=key, proxy_url=proxy.rstrip("/"))
+                data = tomllib.load(fh)
+        url = os.environ.get("JOBGATE_URL") or str(data.get("url", ""))
+        key = os.environ.get("JOBGATE_API_KEY") or str(data.get("api_key", ""))
+        proxy = os.environ.get("JOBGATE_PROXY_URL") or str(data.get("proxy_url", ""))
+        # a key from the environment is used as given: never renewed over it
+        sso = None if os.environ.get("JOBGATE_API_KEY") else SignOn.from_toml(data.get("sso"))
+        return cls(url=url.rstrip("/"), api_key=key, proxy_url=proxy.rstrip("/"), sso=sso)
 
     def save(self, path: Path | None = None) -> Path:
         path = path or profile_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.touch(mode=0o600)
-        tmp.write_text(
-            tomli_w.dumps({"url": self.url, "api_key": self.api_key, "proxy_url": self.proxy_url})
-        )
+        data: dict[str, object] = {
+            "url": self.url,
+            "api_key": self.api_key,
+            "proxy_url": self.proxy_url,
+        }
+        if self.sso is not None:
+            data["sso"] = {name: getattr(self.sso, name) for name in SignOn.__slots__}
+        tmp.write_text(tomli_w.dumps(data))
         tmp.chmod(0o600)
         tmp.replace(path)
         return path

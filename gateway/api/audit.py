@@ -33,7 +33,14 @@ from gateway.auth import Principal
 from gateway.domain.audit import AuditEntry, audited, kept, presented, target_of
 from gateway.services.audit import AuditLog
 
-__all__ = ["AuditMiddleware", "note_credential", "note_node", "note_principal", "note_refused"]
+__all__ = [
+    "AuditMiddleware",
+    "note_credential",
+    "note_node",
+    "note_principal",
+    "note_refused",
+    "note_sign_in",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,13 @@ def note_principal(request: Request, principal: Principal, via: str = "key") -> 
         entry.actor = principal.name
         key = f"key {principal.key_name} ({principal.key_prefix})" if principal.key_id else ""
         entry.credential = f"console, {key}" if via == "console" else key
+
+
+def note_sign_in(request: Request, user: str, provider: str, key_name: str) -> None:
+    """A single sign-on through *provider* made key *key_name* for *user*."""
+    if (entry := _entry(request)) is not None:
+        entry.actor = user
+        entry.credential = f"oidc {provider}, made key {key_name}"[:160]
 
 
 def note_refused(request: Request, token: str | None) -> None:

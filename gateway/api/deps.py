@@ -35,6 +35,7 @@ from gateway.services.images import ImageService
 from gateway.services.logs import LogService
 from gateway.services.node_credentials import NodeCredentialService
 from gateway.services.nodes import NodeService
+from gateway.services.oidc import OidcService
 from gateway.services.policies import PolicyService
 from gateway.services.projects import ProjectService
 from gateway.services.secrets import SecretService
@@ -65,6 +66,7 @@ __all__ = [
     "NodeBearer",
     "NodeCredentials",
     "Nodes",
+    "Oidc",
     "Policies",
     "Projects",
     "Secrets",
@@ -163,6 +165,10 @@ async def _audit(state: State) -> AuditLog:
     return state.audit
 
 
+async def _oidc(state: State) -> OidcService:
+    return state.oidc
+
+
 Health = Annotated[HealthService, Depends(_health)]
 Users = Annotated[UserService, Depends(_users)]
 Projects = Annotated[ProjectService, Depends(_projects)]
@@ -182,6 +188,7 @@ Hooks = Annotated[HookService, Depends(_hooks)]
 Webhooks = Annotated[WebhookService, Depends(_webhooks)]
 UsageReports = Annotated[UsageService, Depends(_usage)]
 AuditLogs = Annotated[AuditLog, Depends(_audit)]
+Oidc = Annotated[OidcService, Depends(_oidc)]
 
 
 async def _db(state: State) -> AsyncIterator[AsyncSession]:

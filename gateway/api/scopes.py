@@ -84,6 +84,16 @@ ROUTE_SCOPES: Final[dict[str, str | None]] = {
     "POST /v1/projects/{name}/members": ADMIN,
     "DELETE /v1/projects/{name}/members/{user}": ADMIN,
     "GET /v1/users/me": ANY_KEY,
+    # single sign-on (docs/auth.md): the providers are public, a sign-in brings its token
+    "GET /v1/auth/sign-in": NO_KEY,
+    "POST /v1/auth/token": NO_KEY,  # the provider's ID token
+    "GET /v1/auth/providers": ADMIN,
+    "GET /v1/auth/providers/{name}": ADMIN,
+    "PUT /v1/auth/providers/{name}": ADMIN,
+    "DELETE /v1/auth/providers/{name}": ADMIN,
+    "GET /v1/auth/providers/{name}/bindings": ADMIN,
+    "PUT /v1/auth/providers/{name}/bindings/{binding}": ADMIN,
+    "DELETE /v1/auth/providers/{name}/bindings/{binding}": ADMIN,
     "GET /v1/users": ADMIN,
     "POST /v1/users": ADMIN,
     "POST /v1/users/{name}/keys": ANY_KEY,

@@ -19,8 +19,9 @@ STATIC = Path(__file__).parent / "static"
 def install(app: FastAPI) -> None:
     """Mount the console's pages (``/``, ``/sign-in`` ...) and ``/console/static``; a
     browser's 404 outside ``/v1`` is the console's page (status handlers come first)."""
-    from gateway.console import pages  # the pages import the API's dependencies
+    from gateway.console import pages, sso  # the pages import the API's dependencies
 
     app.include_router(pages.router)
+    app.include_router(sso.router)
     app.add_exception_handler(404, pages.not_found)
     app.mount("/console/static", StaticFiles(directory=STATIC), name="console-static")

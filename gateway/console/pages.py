@@ -33,7 +33,7 @@ from gateway.domain.usage import floor
 from gateway.services.usage import By
 from gateway.services.views import get_owned
 
-__all__ = ["not_found", "router"]
+__all__ = ["HEADERS", "not_found", "router", "sign_in_error"]
 
 T = TypeVar("T")
 
@@ -131,11 +131,39 @@ async def sessions_page(request: Request, state: State) -> Response:
     return await _listing(request, state, "sessions", "Sessions")
 
 
+async def sign_in_error(request: Request, state: State, status: int, error: str) -> Response:
+    """The sign-in page again, saying what went wrong."""
+    return _page(
+        request,
+        "sign_in.html",
+        None,
+        status,
+        page="sign-in",
+        title="Sign in",
+        error=error,
+        providers=await _providers(state),
+    )
+
+
+async def _providers(state: State) -> list[dict[str, Any]]:
+    try:
+        return await state.oidc.public()
+    except Exception:  # the key form must show even when the database does not answer
+        return []
+
+
 @router.get("/sign-in", response_class=HTMLResponse)
 async def sign_in_page(request: Request, state: State) -> Response:
     if await _signed(request, state) is not None:
         return RedirectResponse("/", status_code=303, headers=HEADERS)
-    return _page(request, "sign_in.html", None, page="sign-in", title="Sign in")
+    return _page(
+        request,
+        "sign_in.html",
+        None,
+        page="sign-in",
+        title="Sign in",
+        providers=await _providers(state),
+    )
 
 
 @router.post("/sign-in", response_class=HTMLResponse, operation_id="console-sign-in")
@@ -158,9 +186,7 @@ async def sign_in_submit(request: Request, state: State) -> Response:
             )
     except Unauthenticated as exc:
         audit.note_refused(request, key)
-        return _page(
-            request, "sign_in.html", None, 401, page="sign-in", title="Sign in", error=exc.detail
-        )
+        return await sign_in_error(request, state, 401, exc.detail)
     audit.note_principal(request, sign.principal)
     response = RedirectResponse("/", status_code=303, headers=HEADERS)
     response.set_cookie(

@@ -206,6 +206,9 @@ class ProjectMember(Base):
     user_id: Mapped[str] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
     )
+    #: "oidc:PROVIDER" when a sign-in's binding rule made it (and the next sign-in whose
+    #: claims no longer match takes it away); None when an admin added it
+    via: Mapped[str | None] = mapped_column(String(80), default=None)
 
 
 class ResourcePolicy(Base):
@@ -898,3 +901,61 @@ class AuditRecord(Base):
     target: Mapped[str] = mapped_column(String(512), default="")
     status: Mapped[int] = mapped_column(Integer)
     client: Mapped[str] = mapped_column(String(64), default="")
+
+
+# ---- single sign-on (OpenID Connect) -------------------------------------------------
+class OidcProvider(Base):
+    """An identity provider users sign in through (``gateway/services/oidc.py``,
+    docs/auth.md). Its client secret, when it has one, is sealed like a user secret."""
+
+    __tablename__ = "oidc_providers"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    display_name: Mapped[str] = mapped_column(String(128), default="")
+    issuer: Mapped[str] = mapped_column(String(512))
+    client_id: Mapped[str] = mapped_column(String(256))
+    #: the client the CLI's device flow uses (a public client), when not client_id
+    cli_client_id: Mapped[str] = mapped_column(String(256), default="")
+    scopes: Mapped[str] = mapped_column(String(512), default="openid profile email")
+    username_claim: Mapped[str] = mapped_column(String(64), default="preferred_username")
+    groups_claim: Mapped[str] = mapped_column(String(64), default="groups")
+    secret_ciphertext: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    secret_wrapped_key: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    secret_key_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OidcBinding(Base):
+    """A binding rule: a sign-in whose *claim* holds *value* makes the user a member of
+    *project* and/or gives them *role* (Nomad's binding rules, docs/auth.md)."""
+
+    __tablename__ = "oidc_bindings"
+    __table_args__ = (UniqueConstraint("provider_id", "name", name="uq_oidc_bindings_name"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    provider_id: Mapped[str] = mapped_column(
+        ForeignKey("oidc_providers.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(64))
+    claim: Mapped[str] = mapped_column(String(64))
+    value: Mapped[str] = mapped_column(String(256))
+    project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), default=None
+    )
+    role: Mapped[str] = mapped_column(String(16), default="user")  # admin | user
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OidcIdentity(Base):
+    """Which jobgate user a provider's subject is (made at the first sign-in)."""
+
+    __tablename__ = "oidc_identities"
+
+    provider_id: Mapped[str] = mapped_column(
+        ForeignKey("oidc_providers.id", ondelete="CASCADE"), primary_key=True
+    )
+    subject: Mapped[str] = mapped_column(String(255), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_sign_in_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -72,10 +72,13 @@ class AuditEntry:
 
 #: the console's own writes: signing in (with a key) and out
 CONSOLE_WRITES: Final = frozenset({"/sign-in", "/sign-out"})
+CONSOLE_SSO: Final = "/sign-in/oidc/"
 
 
 def audited(method: str, path: str) -> bool:
     """Whether a request may leave a row at all (then :func:`kept` decides on its answer)."""
+    if path.startswith(CONSOLE_SSO) and path.endswith("/callback"):
+        return True  # a GET that signs in (gateway/console/sso.py)
     if method in READS:
         return False
     return path.startswith("/v1/") or path == "/v1" or path in CONSOLE_WRITES

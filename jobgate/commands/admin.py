@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from jobgate.client import segment
-from jobgate.commands import config
+from jobgate.commands import config, sso_admin
 from jobgate.commands.common import OutputOpt, client, parse_bytes, parse_pairs
 from jobgate.errors import ApiError
 from jobgate.render import (
@@ -536,6 +536,7 @@ def secrets_rekey(
 
 
 app.add_typer(config.app, name="config")
+app.add_typer(sso_admin.app, name="sso")
 
 
 _SINCE = re.compile(r"(\d+)([smhdw])")

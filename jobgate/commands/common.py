@@ -43,7 +43,9 @@ _open: list[Client] = []
 
 def client() -> Client:
     """A client from the profile (closed by :func:`close_clients` when the command ends)."""
-    made = Client(Profile.load())
+    from jobgate.sso import renewed  # a `jobgate login` key about to expire is renewed
+
+    made = Client(renewed(Profile.load()))
     _open.append(made)
     return made
 

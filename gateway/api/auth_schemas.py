@@ -1,0 +1,107 @@
+"""Bodies of ``/v1/auth``: identity providers, their binding rules, and trading an ID
+token for an API key (docs/auth.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.api.rules import SHORT_NAME_PATTERN
+from gateway.domain.requests import Input
+
+__all__ = [
+    "BindingPublic",
+    "BindingPut",
+    "ProviderPublic",
+    "ProviderPut",
+    "ProviderSignIn",
+    "TokenExchange",
+    "TokenExchanged",
+]
+
+_CLAIM = r"^[A-Za-z0-9_:.\-/]{1,64}$"
+
+
+class ProviderPut(Input):
+    model_config = ConfigDict(extra="forbid")
+
+    issuer: str = Field(
+        min_length=8, max_length=512, description="https:// (http only on loopback)"
+    )
+    client_id: str = Field(min_length=1, max_length=256, description="the console's client")
+    client_secret: str | None = Field(
+        None,
+        max_length=1024,
+        description="the console's client secret, sealed at rest and never shown again; "
+        'left out: the stored one stays; "": a public client (PKCE only)',
+    )
+    cli_client_id: str = Field(
+        "", max_length=256, description="a public client for `jobgate login` (device flow)"
+    )
+    display_name: str = Field("", max_length=128, description='the button\'s "Sign in with …"')
+    scopes: str = Field("openid profile email", max_length=512, pattern=r"^[\x21-\x7e ]*openid")
+    username_claim: str = Field("preferred_username", pattern=_CLAIM)
+    groups_claim: str = Field("groups", pattern=_CLAIM)
+
+
+class ProviderPublic(BaseModel):
+    name: str
+    display_name: str
+    issuer: str
+    client_id: str
+    cli_client_id: str
+    scopes: str
+    username_claim: str
+    groups_claim: str
+    has_client_secret: bool
+    created_at: datetime
+
+
+class ProviderSignIn(BaseModel):
+    """What a sign-in page and ``jobgate login`` are told of a provider (no secret)."""
+
+    name: str
+    display_name: str
+    issuer: str
+    cli_client_id: str
+    scopes: str
+
+
+class BindingPut(Input):
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Field(min_length=1, max_length=256, description="the claim's value to match")
+    claim: str = Field(
+        "",
+        pattern=r"^([A-Za-z0-9_:.\-/]{1,64})?$",
+        description="left out: the provider's groups claim",
+    )
+    project: str | None = Field(None, pattern=SHORT_NAME_PATTERN, description="a project to join")
+    role: Literal["user", "admin"] = "user"
+
+
+class BindingPublic(BaseModel):
+    name: str
+    claim: str
+    value: str
+    project: str | None
+    role: str
+
+
+class TokenExchange(Input):
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str = Field(pattern=SHORT_NAME_PATTERN)
+    id_token: str = Field(min_length=16, max_length=16384, description="the provider's ID token")
+
+
+class TokenExchanged(BaseModel):
+    key: str = Field(description="an API key of the signed-in user, shown this once")
+    key_name: str
+    expires_at: datetime
+    user: str
+    role: str
+    projects: list[str]
+    created: bool = Field(description="the user was made by this sign-in")

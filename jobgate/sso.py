@@ -1,0 +1,252 @@
+"""Single sign-on for the CLI: the device authorization grant (RFC 8628), and renewing
+the short-lived key it yields (docs/auth.md).
+
+::
+
+    jobgate login ─▶ GET /v1/auth/sign-in (the gateway's providers, their CLI client id)
+                  ─▶ the provider's discovery ─▶ POST device_authorization_endpoint
+                  ─▶ "open URL, enter CODE" ─▶ poll token_endpoint (interval, slow_down)
+                  ─▶ id_token + refresh_token ─▶ POST /v1/auth/token ─▶ an API key
+                  ─▶ the profile (0600): the key, and [sso] with the refresh token
+    any command, the key about to expire ─▶ token_endpoint (refresh_token grant)
+                  ─▶ POST /v1/auth/token ─▶ a new key, saved; a provider that says no
+                     (the user disabled, the grant revoked) ends the sign-in
+
+The requests are built by Authlib (``prepare_token_request``, imported only when a token
+is asked for: every command imports this module) and sent with httpx.
+Tokens are never printed and never put in an error message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from jobgate.client import tls_for
+from jobgate.errors import ApiError
+from jobgate.profile import Profile, SignOn
+
+__all__ = ["DEVICE_GRANT", "DeviceCode", "login", "renewed", "start_device", "wait_for_tokens"]
+
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+RENEW_BEFORE = timedelta(seconds=30)  # renew a key this long before it expires
+FORM = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+
+
+class DeviceCode:
+    """A device authorization in progress: what the user is shown, and what is polled."""
+
+    def __init__(self, answer: dict[str, Any], token_endpoint: str, client_id: str) -> None:
+        self.device_code = str(answer["device_code"])
+        self.user_code = str(answer["user_code"])
+        self.verification_uri = str(answer.get("verification_uri") or answer["verification_url"])
+        self.complete_uri = str(answer.get("verification_uri_complete", ""))
+        self.interval = float(answer.get("interval", 5))
+        self.expires_at = time.monotonic() + float(answer.get("expires_in", 600))
+        self.token_endpoint = token_endpoint
+        self.client_id = client_id
+
+
+def _token_request(grant_type: str, **params: str) -> str:
+    from authlib.oauth2.rfc6749.parameters import prepare_token_request
+
+    body: str = prepare_token_request(grant_type, **params)
+    return body
+
+
+def _http(url: str) -> httpx.Client:
+    return httpx.Client(timeout=15.0, verify=tls_for(url))
+
+
+def _provider_error(answer: httpx.Response, what: str) -> ApiError:
+    try:
+        body = answer.json()
+    except ValueError:
+        body = {}
+    error = body.get("error", answer.status_code) if isinstance(body, dict) else answer.status_code
+    said = body.get("error_description", "") if isinstance(body, dict) else ""
+    return ApiError(
+        401,
+        "Unauthenticated",
+        f"the identity provider refused {what}: {error}" + (f" ({said})" if said else ""),
+    )
+
+
+def _json(http: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    try:
+        return http.request(method, url, **kwargs)
+    except httpx.TransportError as exc:
+        raise ApiError(
+            0, "Unreachable", f"cannot reach the identity provider at {url} ({exc})"
+        ) from None
+
+
+def choose(providers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
+    """The provider to sign in through: *name*, or the only one there is."""
+    if not providers:
+        raise ApiError(
+            0,
+            "Usage",
+            "this gateway has no identity provider; sign in with an API key "
+            "(JOBGATE_API_KEY) or ask an admin to add one (docs/auth.md)",
+        )
+    if name is None:
+        if len(providers) > 1:
+            names = ", ".join(p["name"] for p in providers)
+            raise ApiError(0, "Usage", f"several providers ({names}): choose one with --provider")
+        return providers[0]
+    for provider in providers:
+        if provider["name"] == name:
+            return provider
+    raise ApiError(0, "Usage", f"no identity provider named {name!r} on this gateway")
+
+
+def start_device(provider: dict[str, Any]) -> DeviceCode:
+    """Ask *provider* for a device code (RFC 8628 §3.1)."""
+    issuer = str(provider["issuer"]).rstrip("/")
+    with _http(issuer) as http:
+        found = _json(http, "GET", issuer + "/.well-known/openid-configuration")
+        if found.status_code != 200:
+            raise ApiError(0, "Unreachable", f"{issuer} has no OpenID discovery document")
+        meta = found.json()
+        endpoint = meta.get("device_authorization_endpoint")
+        if not endpoint:
+            raise ApiError(
+                0,
+                "Usage",
+                f"{provider['name']} offers no device sign-in (RFC 8628); "
+                "sign in on the web console and make a key there",
+            )
+        scopes = str(provider.get("scopes") or "openid")
+        if "offline_access" not in scopes.split():
+            scopes += " offline_access"  # a refresh token, so the key can be renewed
+        client_id = str(provider["cli_client_id"])
+        answer = _json(
+            http,
+            "POST",
+            str(endpoint),
+            data={"client_id": client_id, "scope": scopes},
+            headers={"Accept": "application/json"},
+        )
+    if answer.status_code != 200:
+        raise _provider_error(answer, "the device sign-in")
+    return DeviceCode(answer.json(), str(meta["token_endpoint"]), client_id)
+
+
+def wait_for_tokens(
+    device: DeviceCode, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, Any]:
+    """Poll until the user approved (the tokens), refused or let the code expire."""
+    interval = max(device.interval, 1.0)
+    body = _token_request(DEVICE_GRANT, device_code=device.device_code, client_id=device.client_id)
+    with _http(device.token_endpoint) as http:
+        while time.monotonic() < device.expires_at:
+            sleep(interval)
+            answer = _json(http, "POST", device.token_endpoint, content=body, headers=FORM)
+            if answer.status_code == 200:
+                tokens: dict[str, Any] = answer.json()
+                return tokens
+            error = _error_code(answer)
+            if error == "authorization_pending":
+                continue
+            if error == "slow_down":
+                interval += 5  # RFC 8628 §3.5
+                continue
+            if error == "access_denied":
+                raise ApiError(401, "Unauthenticated", "the sign-in was refused at the provider")
+            raise _provider_error(answer, "the device sign-in")
+    raise ApiError(
+        401, "Unauthenticated", "the code expired before it was entered; run `jobgate login` again"
+    )
+
+
+def _error_code(answer: httpx.Response) -> str:
+    try:
+        body = answer.json()
+    except ValueError:
+        return ""
+    return str(body.get("error", "")) if isinstance(body, dict) else ""
+
+
+def _exchange(profile: Profile, provider: str, id_token: str) -> dict[str, Any]:
+    with httpx.Client(base_url=profile.url, timeout=30.0, verify=tls_for(profile.url)) as http:
+        try:
+            answer = http.post("/v1/auth/token", json={"provider": provider, "id_token": id_token})
+        except httpx.TransportError as exc:
+            raise ApiError(
+                0, "Unreachable", f"cannot reach the jobgate API at {profile.url} ({exc})"
+            ) from None
+    if answer.status_code != 200:
+        body = answer.json() if answer.headers.get("content-type", "").endswith("json") else {}
+        raise ApiError(
+            answer.status_code,
+            str(body.get("title", "Refused")),
+            str(body.get("detail", answer.reason_phrase)),
+            body.get("check"),
+        )
+    done: dict[str, Any] = answer.json()
+    return done
+
+
+def login(
+    profile: Profile, provider: dict[str, Any], device: DeviceCode, tokens: dict[str, Any]
+) -> tuple[Profile, dict[str, Any]]:
+    """Trade the provider's ID token for a key; the profile to save, and what the gateway said."""
+    id_token = tokens.get("id_token")
+    if not isinstance(id_token, str):
+        raise ApiError(
+            401, "Unauthenticated", "the provider sent no ID token (is 'openid' among the scopes?)"
+        )
+    done = _exchange(profile, str(provider["name"]), id_token)
+    sso = SignOn(
+        provider=str(provider["name"]),
+        token_endpoint=device.token_endpoint,
+        client_id=device.client_id,
+        refresh_token=str(tokens.get("refresh_token") or ""),
+        key_name=str(done["key_name"]),
+        key_expires_at=str(done["expires_at"]),
+    )
+    return Profile(profile.url, str(done["key"]), profile.proxy_url, sso), done
+
+
+def _expiring(sso: SignOn) -> bool:
+    try:
+        expires = datetime.fromisoformat(sso.key_expires_at.replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return expires - RENEW_BEFORE <= datetime.now(UTC)
+
+
+def renewed(profile: Profile, save: Callable[[Profile], object] = Profile.save) -> Profile:
+    """*profile*, its key renewed first when a ``jobgate login`` made it and it is about
+    to expire. A provider that refuses the refresh token ends the sign-in."""
+    sso = profile.sso
+    if sso is None or not _expiring(sso):
+        return profile
+    if not sso.refresh_token:
+        raise ApiError(401, "Unauthenticated", "the sign-in expired; run `jobgate login` again")
+    body = _token_request("refresh_token", refresh_token=sso.refresh_token, client_id=sso.client_id)
+    with _http(sso.token_endpoint) as http:
+        answer = _json(http, "POST", sso.token_endpoint, content=body, headers=FORM)
+    if answer.status_code != 200:
+        forgotten = Profile(profile.url, "", profile.proxy_url, None)
+        save(forgotten)  # a refresh token the provider refused is worth nothing now
+        error = _provider_error(answer, "to renew the sign-in")
+        raise ApiError(401, "Unauthenticated", f"{error.detail}; run `jobgate login` again")
+    tokens = answer.json()
+    done = _exchange(profile, sso.provider, str(tokens.get("id_token", "")))
+    fresh = SignOn(
+        sso.provider,
+        sso.token_endpoint,
+        sso.client_id,
+        str(tokens.get("refresh_token") or sso.refresh_token),  # rotated, or the same
+        str(done["key_name"]),
+        str(done["expires_at"]),
+    )
+    updated = Profile(profile.url, str(done["key"]), profile.proxy_url, fresh)
+    save(updated)
+    return updated

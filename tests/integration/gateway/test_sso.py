@@ -1,0 +1,320 @@
+"""Single sign-on against a real OpenID Connect provider (tests/idp.py, on Authlib's
+server), the real gateway, PostgreSQL and Redis.
+
+- every forged or broken ID token is a 401 naming the check that failed, never echoing
+  the token, and each attempt leaves an audit row;
+- ``jobgate login`` (the device flow) as a process: the binding rules give projects and
+  the admin role, a groups change and a key rotation at the provider take effect at the
+  next renewal, ``jobgate logout`` revokes the key, a user disabled at the provider is
+  signed out at the next renewal;
+- the console's code flow with PKCE, state bound to the browser, single use.
+
+(The console in Chromium: tests/e2e/test_console_sso.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import stat
+import sys
+import time
+import tomllib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from harness import Stack, started_stack
+from idp import TestIdP
+from joserfc.jwk import RSAKey
+from pydantic import SecretStr
+
+KEY = base64.b64encode(b"k" * 32).decode()
+CONSOLE, CLI = "jobgate-console", "jobgate-cli"
+CONSOLE_SECRET = "console-secret-5f1c"
+
+
+@pytest.fixture
+def idp() -> Iterator[TestIdP]:
+    with TestIdP() as provider:
+        yield provider
+
+
+@pytest.fixture
+async def sso_stack(
+    pg_url: str, redis_url: str, tmp_path: Path, idp: TestIdP
+) -> AsyncIterator[Stack]:
+    async with started_stack(pg_url, redis_url, tmp_path, secrets_key=SecretStr(KEY)) as s:
+        callback = f"{s.url}/sign-in/oidc/corp/callback"
+        idp.add_client(CONSOLE, secret=CONSOLE_SECRET, redirect_uris=[callback])
+        idp.add_client(CLI, device=True)
+        async with s.client() as api:
+            r = await api.put(
+                "/v1/auth/providers/corp",
+                json={
+                    "issuer": idp.issuer,
+                    "client_id": CONSOLE,
+                    "client_secret": CONSOLE_SECRET,
+                    "cli_client_id": CLI,
+                    "display_name": "Corp SSO",
+                    "scopes": "openid profile email groups",
+                },
+            )
+            assert r.status_code == 201, r.text
+            assert r.json()["has_client_secret"] is True
+            assert CONSOLE_SECRET not in r.text
+            for project in ("ml", "vision"):
+                assert (await api.post("/v1/projects", json={"name": project})).status_code == 201
+            rules = {
+                "ml": {"value": "ml-team", "project": "ml"},
+                "vision": {"value": "cv-team", "project": "vision"},
+                "admins": {"value": "platform-admins", "role": "admin"},
+            }
+            for name, rule in rules.items():
+                r = await api.put(f"/v1/auth/providers/corp/bindings/{name}", json=rule)
+                assert r.status_code == 201, r.text
+        yield s
+
+
+def claims(idp: TestIdP, sub: str = "alice", **over: Any) -> dict[str, Any]:
+    now = int(time.time())
+    base = {
+        "iss": idp.issuer,
+        "aud": CLI,
+        "sub": sub,
+        "iat": now,
+        "exp": now + 300,
+        "preferred_username": sub,
+        "groups": [],
+    }
+    return base | over
+
+
+async def exchange(stack: Stack, token: str, provider: str = "corp") -> httpx.Response:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as anon:
+        return await anon.post("/v1/auth/token", json={"provider": provider, "id_token": token})
+
+
+async def test_forged_and_broken_tokens_are_refused_naming_the_check(
+    sso_stack: Stack, idp: TestIdP
+) -> None:
+    stack = sso_stack
+    other = RSAKey.generate_key(2048, parameters={"kid": "attacker"})
+    public = json.dumps(idp.public_jwk())
+    now = int(time.time())
+    forged = {
+        "algorithm": idp.sign(claims(idp), alg="none"),
+        # the classic confusion: HMAC keyed with the provider's public key
+        "algorithm ": idp.sign(claims(idp), alg="HS256", key=public),
+        "issuer": idp.sign(claims(idp, iss="https://evil.example")),
+        "audience": idp.sign(claims(idp, aud="someone-else")),
+        "audience ": idp.sign(claims(idp, aud=[CLI, "other"], azp="other")),
+        "expiry": idp.sign(claims(idp, iat=now - 900, exp=now - 600)),
+        "not-before": idp.sign(claims(idp, iat=now + 600, exp=now + 900)),
+        "signature": idp.sign(claims(idp), key=other),  # the provider's kid, another key
+        "key": idp.sign(claims(idp), kid="attacker", key=other),
+        "subject": idp.sign({k: v for k, v in claims(idp).items() if k != "sub"}),
+        "format": "not-a-jwt-at-all.x.y",
+    }
+    for check, token in forged.items():
+        r = await exchange(stack, token)
+        assert r.status_code == 401, (check, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        body = r.json()
+        assert body["check"] == check.strip(), (check, body)
+        assert not [part for part in token.split(".") if len(part) > 8 and part in r.text]
+    unknown = await exchange(stack, idp.sign(claims(idp)), provider="nobody")
+    assert (unknown.status_code, unknown.json()["check"]) == (401, "provider")
+
+    # a well-formed token of the provider works, and makes the user (never a local one)
+    await stack.create_user("bob")
+    ok = await exchange(stack, idp.sign(claims(idp, sub="b-42", preferred_username="Bob")))
+    assert ok.status_code == 200, ok.text
+    made = ok.json()
+    assert (made["user"], made["role"], made["created"]) == ("bob-2", "user", True)
+    assert made["key_name"].startswith("oidc-corp-")
+    async with stack.client(made["key"]) as bob2:
+        assert (await bob2.get("/v1/users/me")).json()["name"] == "bob-2"
+    again = await exchange(stack, idp.sign(claims(idp, sub="b-42", preferred_username="Bob")))
+    assert (again.json()["user"], again.json()["created"]) == ("bob-2", False)
+
+    async with stack.client() as api:
+        rows = (await api.get("/v1/audit", params={"action": "auth-token"})).json()["items"]
+    refused = [r for r in rows if r["status"] == 401]
+    assert len(refused) == len(forged) + 1
+    signed_in = [r for r in rows if r["status"] == 200]
+    assert {r["user"] for r in signed_in} == {"bob-2"}
+    assert all("oidc corp" in r["credential"] for r in signed_in)
+    assert not any(made["key"] in json.dumps(r) for r in rows)
+
+
+@dataclass
+class Cli:
+    stack: Stack
+    config: Path
+
+    async def run(self, *args: str, approve: tuple[TestIdP, str] | None = None) -> tuple[int, str]:
+        """``jobgate ARGS`` with this profile (no key in the environment); when *approve*
+        is given, the device code it prints is approved at the provider as that user."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "jobgate",
+            *args,
+            env=env | {"JOBGATE_URL": self.stack.url, "JOBGATE_CONFIG": str(self.config)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stderr is not None and proc.stdout is not None
+        said: list[str] = []
+        try:
+            async with asyncio.timeout(60):
+                if approve is not None:
+                    while not (code := re.search(r"enter the code\s+(\S+)", "".join(said))):
+                        line = await proc.stderr.readline()
+                        assert line, "".join(said)
+                        said.append(line.decode())
+                    idp, sub = approve
+                    await asyncio.to_thread(idp.approve_device, code.group(1), sub)
+                out, rest = await proc.communicate()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise AssertionError(f"jobgate {' '.join(args)}: still running") from None
+        assert proc.returncode is not None
+        return proc.returncode, out.decode() + "".join(said) + rest.decode()
+
+    def profile(self) -> dict[str, Any]:
+        with self.config.open("rb") as fh:
+            return tomllib.load(fh)
+
+    def expire_key(self) -> None:
+        """As if the key's 15 minutes had passed: the next command renews it."""
+        text = self.config.read_text()
+        self.config.write_text(
+            re.sub(r'key_expires_at = "[^"]+"', 'key_expires_at = "2000-01-01T00:00:00Z"', text)
+        )
+
+
+async def test_cli_login_bindings_groups_rotation_logout_and_disable(
+    sso_stack: Stack, idp: TestIdP, tmp_path: Path
+) -> None:
+    stack = sso_stack
+    idp.set_user("alice", email="alice@example.org", groups=["ml-team"])
+    cli = Cli(stack, tmp_path / "alice.toml")
+
+    rc, said = await cli.run("login", approve=(idp, "alice"))
+    assert rc == 0, said
+    assert "signed in as alice (user; projects: ml)" in said
+    assert stat.S_IMODE(cli.config.stat().st_mode) == 0o600
+    profile = cli.profile()
+    assert profile["sso"]["provider"] == "corp" and profile["sso"]["refresh_token"]
+    first_key = profile["api_key"]
+    async with stack.client(first_key) as api:
+        me = (await api.get("/v1/users/me")).json()
+        assert (me["name"], me["role"]) == ("alice", "user")
+        assert (await api.get("/v1/users")).status_code == 403
+    rc, said = await cli.run("sessions", "ls")
+    assert rc == 0, said
+
+    # a groups change at the provider: the next renewal makes her an admin of vision
+    idp.set_user("alice", email="alice@example.org", groups=["cv-team", "platform-admins"])
+    cli.expire_key()
+    rc, said = await cli.run("admin", "users", "ls")
+    assert rc == 0, said
+    assert "alice" in said
+    renewed = cli.profile()
+    assert renewed["api_key"] != first_key
+    assert renewed["sso"]["refresh_token"] != profile["sso"]["refresh_token"]  # rotated
+    async with stack.client() as api:
+        projects = {p["name"]: p["members"] for p in (await api.get("/v1/projects")).json()}
+    assert "alice" in projects["vision"] and "alice" not in projects["ml"]
+
+    # the provider rotates its signing key: the gateway fetches the new JWKS by itself
+    idp.rotate_keys()
+    cli.expire_key()
+    rc, said = await cli.run("sessions", "ls")
+    assert rc == 0, said
+
+    # logout revokes the key it made and forgets the provider's tokens
+    key = cli.profile()["api_key"]
+    rc, said = await cli.run("logout")
+    assert rc == 0, said
+    assert "signed out of corp" in said
+    assert "sso" not in cli.profile() and not cli.profile()["api_key"]
+    async with stack.client(key) as api:
+        assert (await api.get("/v1/users/me")).status_code == 401
+
+    # signed in again, then disabled at the provider: the next renewal signs her out
+    rc, said = await cli.run("login", approve=(idp, "alice"))
+    assert rc == 0, said
+    idp.disable("alice")
+    cli.expire_key()
+    rc, said = await cli.run("sessions", "ls")
+    assert rc == 1
+    assert "refused to renew" in said and "jobgate login" in said
+    assert "sso" not in cli.profile()
+    rc, said = await cli.run("sessions", "ls")
+    assert rc == 1  # no key any more, rather than the stale one
+
+
+async def test_console_code_flow_with_pkce_state_and_browser_binding(
+    sso_stack: Stack, idp: TestIdP
+) -> None:
+    stack = sso_stack
+    idp.set_user("carol", groups=["ml-team"])
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30) as browser:
+        page = await browser.get("/sign-in")
+        assert 'href="/sign-in/oidc/corp"' in page.text and "Sign in with Corp SSO" in page.text
+
+        start = await browser.get("/sign-in/oidc/corp")
+        assert start.status_code == 303
+        to = urlsplit(start.headers["location"])
+        asked = {k: v[0] for k, v in parse_qs(to.query).items()}
+        assert f"{to.scheme}://{to.netloc}" == idp.issuer
+        assert asked["client_id"] == CONSOLE and asked["code_challenge_method"] == "S256"
+        assert asked["state"] and asked["nonce"] and asked["code_challenge"]
+        back = await asyncio.to_thread(idp.sign_in, start.headers["location"], "carol")
+
+        # another browser cannot finish it (a login CSRF), with or without a flow cookie
+        # of its own, and its attempt leaves the sign-in to the browser that started it
+        async with httpx.AsyncClient(timeout=30) as stranger:
+            foreign = await stranger.get(back)
+            assert foreign.status_code == 401
+            assert "expired or was not started here" in foreign.text
+            await stranger.get(f"{stack.url}/sign-in/oidc/corp")  # its own flow cookie
+            foreign = await stranger.get(back)
+            assert foreign.status_code == 401
+            assert "jobgate_console" not in stranger.cookies
+
+        done = await browser.get(back)
+        assert done.status_code == 200, done.text
+        assert "Signed in as carol" in done.text
+        assert "SameSite=strict" in done.headers["set-cookie"]
+        me = (await browser.get("/v1/users/me")).json()
+        assert me["name"] == "carol"
+        assert (await browser.get("/")).status_code == 200
+        replay = await browser.get(back)
+        assert replay.status_code == 401  # single use
+
+        wrong = await browser.get("/sign-in/oidc/corp/callback?error=access_denied")
+        assert wrong.status_code == 401 and "access_denied" in wrong.text
+        missing = await browser.get("/sign-in/oidc/nobody")
+        assert missing.status_code == 401 and "no identity provider" in missing.text
+
+    async with stack.client() as api:
+        rows = (await api.get("/v1/audit", params={"action": "console-sso-callback"})).json()
+        assert "carol" in {r["user"] for r in rows["items"] if r["status"] == 200}
+        projects = {p["name"]: p["members"] for p in (await api.get("/v1/projects")).json()}
+        assert "carol" in projects["ml"]
+        # the client secret is never shown, but kept
+        prov = (await api.get("/v1/auth/providers/corp")).json()
+        assert prov["has_client_secret"] is True and CONSOLE_SECRET not in json.dumps(prov)
