@@ -122,7 +122,7 @@ COMMANDS: dict[str, Entry] = {
     ),
     "nodes": Entry("jobgate.commands.nodes:app", "Nodes: capacity, allocation, devices, liveness."),
     "login": Entry("jobgate.commands.login:login", "Sign in through your identity provider (SSO)."),
-    "logout": Entry("jobgate.commands.login:logout", "Forget the sign-in `login` made."),
+    "logout": Entry("jobgate.commands.logout:logout", "Forget the sign-in `login` made."),
     "keys": Entry("jobgate.commands.keys:app", "Your API keys: scoped, expiring, revocable."),
     "usage": Entry(
         "jobgate.commands.usage:app",

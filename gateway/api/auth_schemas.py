@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.rules import SHORT_NAME_PATTERN
+from gateway.api.rules import CLAIM_PATTERN, SHORT_NAME_PATTERN
 from gateway.domain.requests import Input
 
 __all__ = [
@@ -20,8 +20,6 @@ __all__ = [
     "TokenExchange",
     "TokenExchanged",
 ]
-
-_CLAIM = r"^[A-Za-z0-9_:.\-/]{1,64}$"
 
 
 class ProviderPut(Input):
@@ -41,9 +39,11 @@ class ProviderPut(Input):
         "", max_length=256, description="a public client for `jobgate login` (device flow)"
     )
     display_name: str = Field("", max_length=128, description='the button\'s "Sign in with …"')
-    scopes: str = Field("openid profile email", max_length=512, pattern=r"^[\x21-\x7e ]*openid")
-    username_claim: str = Field("preferred_username", pattern=_CLAIM)
-    groups_claim: str = Field("groups", pattern=_CLAIM)
+    scopes: str = Field(
+        "openid profile email", max_length=512, description="space-separated; must hold openid"
+    )
+    username_claim: str = Field("preferred_username", pattern=CLAIM_PATTERN)
+    groups_claim: str = Field("groups", pattern=CLAIM_PATTERN)
 
 
 class ProviderPublic(BaseModel):
@@ -73,10 +73,8 @@ class BindingPut(Input):
     model_config = ConfigDict(extra="forbid")
 
     value: str = Field(min_length=1, max_length=256, description="the claim's value to match")
-    claim: str = Field(
-        "",
-        pattern=r"^([A-Za-z0-9_:.\-/]{1,64})?$",
-        description="left out: the provider's groups claim",
+    claim: str | None = Field(
+        None, pattern=CLAIM_PATTERN, description="left out: the provider's groups claim"
     )
     project: str | None = Field(None, pattern=SHORT_NAME_PATTERN, description="a project to join")
     role: Literal["user", "admin"] = "user"

@@ -29,6 +29,7 @@ from gateway.domain.templates import PARAM_NAME
 __all__ = [
     "ACTION_PATTERN",
     "AUDIT_CURSOR_PATTERN",
+    "CLAIM_PATTERN",
     "CURSOR_PATTERN",
     "ID_PREFIX_PATTERN",
     "PROTOCOL_PATTERN",
@@ -50,6 +51,8 @@ PROTOCOL_PATTERN: Final = "^(http|tcp)$"
 #: the audit log's filters: an operation id, and its page cursor (a row id)
 ACTION_PATTERN: Final = r"^[a-z0-9-]+$"
 AUDIT_CURSOR_PATTERN: Final = r"^[0-9]{1,18}$"
+#: an ID token claim's name (single sign-on: a provider's username and groups claims)
+CLAIM_PATTERN: Final = r"^[A-Za-z0-9_:./-]{1,64}$"
 
 _FOLDER_NAME = (
     "letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter or digit "
@@ -88,6 +91,7 @@ RULES: Final[dict[str, str]] = {
     PROTOCOL_PATTERN: "http or tcp",
     ACTION_PATTERN: "an operation id: lower-case letters, digits and '-' (sessions-create)",
     AUDIT_CURSOR_PATTERN: "the next_cursor of the page before (digits)",
+    CLAIM_PATTERN: "a claim's name: letters, digits, '_', ':', '.', '/' and '-', 1-64 characters",
 }
 
 

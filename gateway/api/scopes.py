@@ -166,6 +166,8 @@ ROUTE_SCOPES: Final[dict[str, str | None]] = {
     "GET /sign-in": NO_KEY,
     "POST /sign-in": NO_KEY,
     "POST /sign-out": NO_KEY,
+    "GET /sign-in/oidc/{provider}": NO_KEY,  # single sign-on (gateway/console/sso.py)
+    "GET /sign-in/oidc/{provider}/callback": NO_KEY,
     "GET /sessions/{session_id}": NO_KEY,
     "GET /nodes": NO_KEY,
     "GET /admin": NO_KEY,

@@ -30,6 +30,7 @@ from gateway.console.chart import Bucket, chart
 from gateway.console.cookies import COOKIE, Signed, same_origin, sign_in, sign_out, signed
 from gateway.domain.errors import NotFound, Unauthenticated
 from gateway.domain.usage import floor
+from gateway.services.oidc import SSO_KEY_PREFIX
 from gateway.services.usage import By
 from gateway.services.views import get_owned
 
@@ -222,6 +223,8 @@ async def sign_out_submit(request: Request, state: State) -> Response:
                 detail="Sign out from the console's own button.",
             )
         await sign_out(state.pool, cookie)
+        if sign.principal.key_name.startswith(SSO_KEY_PREFIX):  # made by this sign-in
+            await state.users.api_keys.revoke(sign.principal, None, key_id=sign.principal.key_id)
     response = _to_sign_in()
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response

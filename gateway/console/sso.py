@@ -19,6 +19,7 @@ The verifier and nonce never reach the browser; ``state`` is single use.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import secrets
 from typing import Any
@@ -106,10 +107,11 @@ async def callback(provider: str, request: Request, state: State) -> Response:
     audit.note_sign_in(request, done.user, provider, done.key_name)
     page = (
         '<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=/">'
-        f"<title>Signed in</title><p>Signed in as {sign.principal.name}. "
+        f"<title>Signed in</title><p>Signed in as {html.escape(sign.principal.name)}. "
         '<a href="/">Continue to the console</a>.</p>'
     )
-    response = HTMLResponse(page, headers=HEADERS)
+    # no Referer: the move to / must not carry this URL's (spent) code and state anywhere
+    response = HTMLResponse(page, headers=HEADERS | {"Referrer-Policy": "no-referrer"})
     response.set_cookie(
         COOKIE,
         cookie,

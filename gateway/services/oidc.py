@@ -55,8 +55,16 @@ from gateway.domain import oidc
 from gateway.domain.errors import Invalid, NotFound, Unauthenticated
 from gateway.domain.sealing import MasterKey, Sealed, associated_data, open_value, seal
 
-__all__ = ["BindingSpec", "OidcProvider", "OidcService", "ProviderSpec", "SignedIn"]
+__all__ = [
+    "SSO_KEY_PREFIX",
+    "BindingSpec",
+    "OidcProvider",
+    "OidcService",
+    "ProviderSpec",
+    "SignedIn",
+]
 
+SSO_KEY_PREFIX = "oidc-"  # the name of every key a sign-in makes: oidc-PROVIDER-xxxxxx
 DISCOVERY_TTL_S = 3600.0
 JWKS_MIN_INTERVAL_S = 1.0  # an unknown kid fetches the JWKS again, at most this often
 HTTP_TIMEOUT_S = 10.0
@@ -139,6 +147,8 @@ class OidcService:
     # ---- admin: providers and binding rules ------------------------------------------
     async def put_provider(self, name: str, spec: ProviderSpec) -> tuple[OidcProvider, bool]:
         issuer = check_issuer(spec.issuer)
+        if "openid" not in spec.scopes.split() or not spec.scopes.isprintable():
+            raise Invalid("scopes must be space-separated and hold openid", field="scopes")
         async with self.db() as db, db.begin():
             row = await _provider(db, name, missing_ok=True)
             created = row is None
@@ -320,17 +330,17 @@ class OidcService:
                 identity.last_sign_in_at = now
                 user.role = bound.role
             projects = await _bind_projects(db, user.id, via, bound.project_ids)
+            stem = _key_stem(prov.name)
             await db.execute(  # this provider's sign-in keys of this user, expired a day ago
                 delete(ApiKey).where(
                     ApiKey.user_id == user.id,
-                    ApiKey.name.like(f"oidc-{prov.name[:40]}-%"),
+                    ApiKey.name.like(_like_exactly(stem) + "_" * KEY_SUFFIX, escape="\\"),
                     ApiKey.expires_at < now - timedelta(days=1),
                 )
             )
             expires = now + timedelta(seconds=ttl_s)
-            row, key = await issue_key(
-                db, user, f"oidc-{prov.name[:40]}-{secrets.token_hex(3)}", expires_at=expires
-            )
+            suffix = secrets.token_hex(KEY_SUFFIX // 2)
+            row, key = await issue_key(db, user, stem + suffix, expires_at=expires)
             return SignedIn(key, row.name, expires, user.name, user.role, projects, created)
 
     # ---- the console's code flow ------------------------------------------------------
@@ -468,6 +478,18 @@ class OidcService:
         ]
 
 
+KEY_SUFFIX = 6  # hex digits after the stem
+
+
+def _key_stem(provider: str) -> str:
+    return f"{SSO_KEY_PREFIX}{provider[:40]}-"
+
+
+def _like_exactly(text: str) -> str:
+    """*text* as a LIKE pattern that matches only itself (escape character \\)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def _validate_any(
     token: str, keys: KeySet, issuer: str, audiences: set[str], nonce: str | None
 ) -> dict[str, Any]:
@@ -500,7 +522,13 @@ async def _provider(
 
 async def _free_name(db: AsyncSession, wanted: str) -> str:
     """*wanted*, or *wanted*-2, -3 …: a sign-in never becomes an existing user."""
-    taken = set((await db.execute(select(User.name).where(User.name.like(f"{wanted}%")))).scalars())
+    taken = set(
+        (
+            await db.execute(
+                select(User.name).where(User.name.like(_like_exactly(wanted) + "%", escape="\\"))
+            )
+        ).scalars()
+    )
     if wanted not in taken:
         return wanted
     n = 2

@@ -1,5 +1,5 @@
-"""``jobgate login`` / ``jobgate logout``: single sign-on through the gateway's identity
-provider (the device flow, RFC 8628; ``jobgate/sso.py``), and forgetting it again."""
+"""``jobgate login``: single sign-on through the gateway's identity provider (the device
+flow, RFC 8628; ``jobgate/sso.py``). ``jobgate logout`` undoes it."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from typing import Annotated
 
 import typer
 
-from jobgate.client import segment
-from jobgate.commands.common import OutputOpt, client
+from jobgate.commands.common import OutputOpt
 from jobgate.errors import ApiError
 from jobgate.profile import Profile
 from jobgate.render import Output, err, print_json, stamp
 
-__all__ = ["login", "logout"]
+__all__ = ["login"]
 
 
 def login(
@@ -64,31 +63,5 @@ def login(
         f"signed in as {done['user']} ({done['role']}; projects: {projects}) through "
         f"{chosen['name']}; key {done['key_name']} until {stamp(done['expires_at'])}, "
         f"renewed as needed; saved in {path}",
-        markup=False,
-    )
-
-
-def logout(output: OutputOpt = Output.table) -> None:
-    """Revoke the key a `jobgate login` made and forget the provider's tokens."""
-    profile = Profile.load()
-    if profile.sso is None:
-        raise ApiError(
-            0,
-            "Usage",
-            "not signed in through an identity provider (a pasted API key stays in the "
-            "profile: revoke it with `jobgate keys revoke NAME`)",
-        )
-    revoked = True
-    try:
-        client().delete(f"/v1/keys/{segment(profile.sso.key_name)}")
-    except ApiError:
-        revoked = False  # expired, or already revoked: forgetting it is what matters
-    Profile(profile.url, "", profile.proxy_url, None).save()
-    if output == Output.json:
-        print_json({"signed_out": True, "key_revoked": revoked})
-        return
-    err.print(
-        f"signed out of {profile.sso.provider}"
-        + (f"; key {profile.sso.key_name} revoked" if revoked else ""),
         markup=False,
     )

@@ -132,7 +132,9 @@ def sso_bind(
     output: OutputOpt = Output.table,
 ) -> None:
     """A binding rule: who signs in with CLAIM holding VALUE joins PROJECT and/or is admin."""
-    body: dict[str, Any] = {"value": value, "claim": claim, "role": str(role)}
+    body: dict[str, Any] = {"value": value, "role": str(role)}
+    if claim:
+        body["claim"] = claim
     if project is not None:
         body["project"] = project
     found = client().request(

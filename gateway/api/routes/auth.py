@@ -121,7 +121,7 @@ async def put_binding(
     """A binding rule: a sign-in whose claim holds the value joins the project and/or
     gets the role, from its next token on."""
     row, created = await oidc.put_binding(
-        name, binding, BindingSpec(body.value, body.claim, body.project, body.role)
+        name, binding, BindingSpec(body.value, body.claim or "", body.project, body.role)
     )
     if created:
         response.status_code = status.HTTP_201_CREATED

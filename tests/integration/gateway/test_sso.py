@@ -305,6 +305,18 @@ async def test_console_code_flow_with_pkce_state_and_browser_binding(
         replay = await browser.get(back)
         assert replay.status_code == 401  # single use
 
+        # signing out ends the cookie and revokes the key the sign-in made
+        async with stack.client() as api:
+            keys = (await api.get("/v1/keys", params={"user": "carol"})).json()
+        assert [k["name"][:10] for k in keys] == ["oidc-corp-"]
+        page = await browser.get("/")
+        csrf = re.search(r'name="csrf-token" content="([^"]+)"', page.text)
+        assert csrf is not None
+        out = await browser.post("/sign-out", data={"csrf": csrf.group(1)})
+        assert out.status_code == 303
+        async with stack.client() as api:
+            assert (await api.get("/v1/keys", params={"user": "carol"})).json() == []
+
         wrong = await browser.get("/sign-in/oidc/corp/callback?error=access_denied")
         assert wrong.status_code == 401 and "access_denied" in wrong.text
         missing = await browser.get("/sign-in/oidc/nobody")
