@@ -9,13 +9,12 @@ server), the real gateway, PostgreSQL and Redis.
   signed out at the next renewal;
 - the console's code flow with PKCE, state bound to the browser, single use.
 
-(The console in Chromium: tests/e2e/test_console_sso.py.)
+(The console in Chromium: test_console_sso_browser.py; the set-up: tests/sso_setup.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import re
@@ -23,64 +22,16 @@ import stat
 import sys
 import time
 import tomllib
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import pytest
-from harness import Stack, started_stack
+from harness import Stack
 from idp import TestIdP
 from joserfc.jwk import RSAKey
-from pydantic import SecretStr
-
-KEY = base64.b64encode(b"k" * 32).decode()
-CONSOLE, CLI = "jobgate-console", "jobgate-cli"
-CONSOLE_SECRET = "console-secret-5f1c"
-
-
-@pytest.fixture
-def idp() -> Iterator[TestIdP]:
-    with TestIdP() as provider:
-        yield provider
-
-
-@pytest.fixture
-async def sso_stack(
-    pg_url: str, redis_url: str, tmp_path: Path, idp: TestIdP
-) -> AsyncIterator[Stack]:
-    async with started_stack(pg_url, redis_url, tmp_path, secrets_key=SecretStr(KEY)) as s:
-        callback = f"{s.url}/sign-in/oidc/corp/callback"
-        idp.add_client(CONSOLE, secret=CONSOLE_SECRET, redirect_uris=[callback])
-        idp.add_client(CLI, device=True)
-        async with s.client() as api:
-            r = await api.put(
-                "/v1/auth/providers/corp",
-                json={
-                    "issuer": idp.issuer,
-                    "client_id": CONSOLE,
-                    "client_secret": CONSOLE_SECRET,
-                    "cli_client_id": CLI,
-                    "display_name": "Corp SSO",
-                    "scopes": "openid profile email groups",
-                },
-            )
-            assert r.status_code == 201, r.text
-            assert r.json()["has_client_secret"] is True
-            assert CONSOLE_SECRET not in r.text
-            for project in ("ml", "vision"):
-                assert (await api.post("/v1/projects", json={"name": project})).status_code == 201
-            rules = {
-                "ml": {"value": "ml-team", "project": "ml"},
-                "vision": {"value": "cv-team", "project": "vision"},
-                "admins": {"value": "platform-admins", "role": "admin"},
-            }
-            for name, rule in rules.items():
-                r = await api.put(f"/v1/auth/providers/corp/bindings/{name}", json=rule)
-                assert r.status_code == 201, r.text
-        yield s
+from sso_setup import CLI, CONSOLE, CONSOLE_SECRET, idp_fixture, sso_stack_fixture  # noqa: F401
 
 
 def claims(idp: TestIdP, sub: str = "alice", **over: Any) -> dict[str, Any]:
@@ -173,7 +124,8 @@ class Cli:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        assert proc.stderr is not None and proc.stdout is not None
+        assert proc.stderr is not None
+        assert proc.stdout is not None
         said: list[str] = []
         try:
             async with asyncio.timeout(60):
@@ -216,7 +168,8 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     assert "signed in as alice (user; projects: ml)" in said
     assert stat.S_IMODE(cli.config.stat().st_mode) == 0o600
     profile = cli.profile()
-    assert profile["sso"]["provider"] == "corp" and profile["sso"]["refresh_token"]
+    assert profile["sso"]["provider"] == "corp"
+    assert profile["sso"]["refresh_token"]
     first_key = profile["api_key"]
     async with stack.client(first_key) as api:
         me = (await api.get("/v1/users/me")).json()
@@ -236,7 +189,8 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     assert renewed["sso"]["refresh_token"] != profile["sso"]["refresh_token"]  # rotated
     async with stack.client() as api:
         projects = {p["name"]: p["members"] for p in (await api.get("/v1/projects")).json()}
-    assert "alice" in projects["vision"] and "alice" not in projects["ml"]
+    assert "alice" in projects["vision"]
+    assert "alice" not in projects["ml"]
 
     # the provider rotates its signing key: the gateway fetches the new JWKS by itself
     idp.rotate_keys()
@@ -249,7 +203,8 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     rc, said = await cli.run("logout")
     assert rc == 0, said
     assert "signed out of corp" in said
-    assert "sso" not in cli.profile() and not cli.profile()["api_key"]
+    assert "sso" not in cli.profile()
+    assert not cli.profile()["api_key"]
     async with stack.client(key) as api:
         assert (await api.get("/v1/users/me")).status_code == 401
 
@@ -260,7 +215,8 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     cli.expire_key()
     rc, said = await cli.run("sessions", "ls")
     assert rc == 1
-    assert "refused to renew" in said and "jobgate login" in said
+    assert "refused to renew" in said
+    assert "jobgate login" in said
     assert "sso" not in cli.profile()
     rc, said = await cli.run("sessions", "ls")
     assert rc == 1  # no key any more, rather than the stale one
@@ -273,15 +229,19 @@ async def test_console_code_flow_with_pkce_state_and_browser_binding(
     idp.set_user("carol", groups=["ml-team"])
     async with httpx.AsyncClient(base_url=stack.url, timeout=30) as browser:
         page = await browser.get("/sign-in")
-        assert 'href="/sign-in/oidc/corp"' in page.text and "Sign in with Corp SSO" in page.text
+        assert 'href="/sign-in/oidc/corp"' in page.text
+        assert "Sign in with Corp SSO" in page.text
 
         start = await browser.get("/sign-in/oidc/corp")
         assert start.status_code == 303
         to = urlsplit(start.headers["location"])
         asked = {k: v[0] for k, v in parse_qs(to.query).items()}
         assert f"{to.scheme}://{to.netloc}" == idp.issuer
-        assert asked["client_id"] == CONSOLE and asked["code_challenge_method"] == "S256"
-        assert asked["state"] and asked["nonce"] and asked["code_challenge"]
+        assert asked["client_id"] == CONSOLE
+        assert asked["code_challenge_method"] == "S256"
+        assert asked["state"]
+        assert asked["nonce"]
+        assert asked["code_challenge"]
         back = await asyncio.to_thread(idp.sign_in, start.headers["location"], "carol")
 
         # another browser cannot finish it (a login CSRF), with or without a flow cookie
@@ -318,9 +278,11 @@ async def test_console_code_flow_with_pkce_state_and_browser_binding(
             assert (await api.get("/v1/keys", params={"user": "carol"})).json() == []
 
         wrong = await browser.get("/sign-in/oidc/corp/callback?error=access_denied")
-        assert wrong.status_code == 401 and "access_denied" in wrong.text
+        assert wrong.status_code == 401
+        assert "access_denied" in wrong.text
         missing = await browser.get("/sign-in/oidc/nobody")
-        assert missing.status_code == 401 and "no identity provider" in missing.text
+        assert missing.status_code == 401
+        assert "no identity provider" in missing.text
 
     async with stack.client() as api:
         rows = (await api.get("/v1/audit", params={"action": "console-sso-callback"})).json()
@@ -329,4 +291,5 @@ async def test_console_code_flow_with_pkce_state_and_browser_binding(
         assert "carol" in projects["ml"]
         # the client secret is never shown, but kept
         prov = (await api.get("/v1/auth/providers/corp")).json()
-        assert prov["has_client_secret"] is True and CONSOLE_SECRET not in json.dumps(prov)
+        assert prov["has_client_secret"] is True
+        assert CONSOLE_SECRET not in json.dumps(prov)
