@@ -74,6 +74,7 @@ __all__ = [
     "route_key",
     "schedule_job_id",
     "sim_host_queue",
+    "sso_used_key",
     "start_job_id",
     "stop_job_id",
     "used_token_key",
@@ -197,6 +198,12 @@ def console_sso_key(state_digest: str) -> str:
     """A console sign-in under way at an identity provider (JSON: the provider, nonce,
     PKCE verifier and the browser's binding), by the SHA-256 of its ``state``; read once."""
     return CONSOLE_SESSION_PREFIX + "sso:" + state_digest
+
+
+def sso_used_key(token_digest: str) -> str:
+    """An ID token already traded for a key (by its SHA-256), until it expires: each
+    token signs in once, so one copied from a log or a proxy cannot sign in again."""
+    return "jobgate:sso:used:" + token_digest
 
 
 def console_session_key(cookie_digest: str) -> str:

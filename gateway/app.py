@@ -126,7 +126,7 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
             webhooks=WebhookService(db, settings),
             folders=folder_service,
             secrets=secret_service,
-            oidc=OidcService(db, keys, secret_key, key_ttl_s=settings.oidc_key_ttl_s),
+            oidc=OidcService(db, keys, secret_key, pool, key_ttl_s=settings.oidc_key_ttl_s),
         )
         app.state.jobgate = state
         if settings.redis_users:  # this Redis and the gateway's login can hold them

@@ -8,8 +8,9 @@
              /console/sign-in/oidc/P/callback ─▶ code ─▶ token endpoint ─▶ id_token ─┤
                                                                               ▼
       exchange(): validate (gateway/domain/oidc.py; the JWKS fetched again on an unknown
-      kid) ─▶ the subject's user (made at the first sign-in, never an existing local
-      user) ─▶ binding rules: role and projects ─▶ a jobgate API key that expires soon
+      kid; each ID token once) ─▶ the subject's user (made at the first sign-in, never
+      an existing local user) ─▶ binding rules: role and projects ─▶ a jobgate API key
+      that expires soon
 
 A sign-in yields an ordinary API key (``oidc-PROVIDER-xxxxxx``): everything downstream
 (scopes, the app proxy, revocation, the audit log) treats it as any key. The CLI keeps
@@ -25,6 +26,7 @@ own httpx integration now asks for the separate ``httpx2`` package.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -36,9 +38,11 @@ import httpx
 from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_request
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from joserfc.jwk import KeySet
+from redis.asyncio import Redis
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from contract.keys import sso_used_key
 from gateway.auth import KeyCache, issue_key
 from gateway.db.engine import SessionFactory
 from gateway.db.models import (
@@ -133,6 +137,7 @@ class OidcService:
         db: SessionFactory,
         keys: KeyCache,
         master: MasterKey | None,
+        redis: Redis,
         *,
         key_ttl_s: int,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -140,6 +145,7 @@ class OidcService:
         self.db = db
         self.keys = keys
         self.master = master
+        self.redis = redis
         self.key_ttl_s = key_ttl_s
         self._transport = transport
         self._issuers: dict[str, _Issuer] = {}
@@ -271,7 +277,15 @@ class OidcService:
         fresh API key of theirs that expires in *ttl_s* (the CLI's default otherwise)."""
         prov = await self._known(provider)
         claims = await self._validate(prov, id_token, nonce)
+        await self._spend(id_token, claims)
         return await self._sign_in(prov, claims, ttl_s or self.key_ttl_s)
+
+    async def _spend(self, id_token: str, claims: dict[str, Any]) -> None:
+        """Each ID token signs in once (until it expires, Redis remembers its hash)."""
+        ttl = max(1, int(float(claims["exp"]) + oidc.LEEWAY_S - time.time()))
+        digest = hashlib.sha256(id_token.strip().encode()).hexdigest()
+        if not await self.redis.set(sso_used_key(digest), b"1", nx=True, ex=ttl):
+            raise oidc.TokenRejected("replay", "this ID token was already used to sign in")
 
     async def _known(self, provider: str) -> OidcProvider:
         async with self.db() as db:
@@ -391,6 +405,7 @@ class OidcService:
         if not isinstance(id_token, str):
             raise Unauthenticated("the provider sent no ID token", check="format")
         claims = await self._validate(prov, id_token, pending["nonce"])
+        await self._spend(id_token, claims)
         return await self._sign_in(prov, claims, ttl_s)
 
     async def _post_form(self, url: str, body: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import stat
 import sys
 import time
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ def claims(idp: TestIdP, sub: str = "alice", **over: Any) -> dict[str, Any]:
         "exp": now + 300,
         "preferred_username": sub,
         "groups": [],
+        "jti": uuid.uuid4().hex,  # two tokens made in one second still differ
     }
     return base | over
 
@@ -86,20 +88,24 @@ async def test_forged_and_broken_tokens_are_refused_naming_the_check(
 
     # a well-formed token of the provider works, and makes the user (never a local one)
     await stack.create_user("bob")
-    ok = await exchange(stack, idp.sign(claims(idp, sub="b-42", preferred_username="Bob")))
+    token = idp.sign(claims(idp, sub="b-42", preferred_username="Bob"))
+    ok = await exchange(stack, token)
     assert ok.status_code == 200, ok.text
     made = ok.json()
     assert (made["user"], made["role"], made["created"]) == ("bob-2", "user", True)
     assert made["key_name"].startswith("oidc-corp-")
     async with stack.client(made["key"]) as bob2:
         assert (await bob2.get("/v1/users/me")).json()["name"] == "bob-2"
+    replayed = await exchange(stack, token)  # the same token once more: refused
+    assert replayed.status_code == 401
+    assert replayed.json()["check"] == "replay"
     again = await exchange(stack, idp.sign(claims(idp, sub="b-42", preferred_username="Bob")))
     assert (again.json()["user"], again.json()["created"]) == ("bob-2", False)
 
     async with stack.client() as api:
         rows = (await api.get("/v1/audit", params={"action": "auth-token"})).json()["items"]
     refused = [r for r in rows if r["status"] == 401]
-    assert len(refused) == len(forged) + 1
+    assert len(refused) == len(forged) + 2  # and the unknown provider, and the replay
     signed_in = [r for r in rows if r["status"] == 200]
     assert {r["user"] for r in signed_in} == {"bob-2"}
     assert all("oidc corp" in r["credential"] for r in signed_in)
