@@ -10,6 +10,7 @@ from gateway.db.engine import create_engine, create_session_factory
 from gateway.db.models import ApiKey, ResourceGroup, User
 from gateway.domain.errors import Unauthenticated
 from gateway.domain.sealing import MasterKey
+from gateway.services.oidc import rekey_providers
 from gateway.services.secrets import rekey
 
 __all__ = ["admin_key", "ensure_admin_key", "ensure_default_group", "rekey_secrets"]
@@ -67,12 +68,15 @@ async def admin_key(database_url: str, *, key_name: str, reuse: str = "") -> str
         await engine.dispose()
 
 
-async def rekey_secrets(database_url: str, old: MasterKey, new: MasterKey) -> tuple[int, int]:
-    """Every user secret's data key wrapped by *new* instead of *old*, in one transaction
-    (``jobgate admin secrets rekey``): (rewrapped, already under *new*)."""
+async def rekey_secrets(
+    database_url: str, old: MasterKey, new: MasterKey
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Every user secret's and identity provider's client secret's data key wrapped by
+    *new* instead of *old*, in one transaction (``jobgate admin secrets rekey``):
+    (rewrapped, already under *new*) of the secrets, then of the providers."""
     engine = create_engine(database_url)
     try:
         async with create_session_factory(engine)() as db, db.begin():
-            return await rekey(db, old, new)
+            return await rekey(db, old, new), await rekey_providers(db, old, new)
     finally:
         await engine.dispose()

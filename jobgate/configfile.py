@@ -4,10 +4,11 @@
 
     {"format": "jobgate-config", "version": 1, "secrets": "excluded",
      "resource_groups": [...], "images": [...], "users": [...], "projects": [...],
-     "policies": [...], "budgets": [...]}
+     "policies": [...], "budgets": [...], "sso_providers": [...], "sso_bindings": [...]}
 
 One :class:`Section` per kind of object, in :data:`SECTIONS` (the order an import
-applies them: policies and budgets name users and projects). Each section reads what the gateway
+applies them: policies and budgets name users and projects, binding rules name identity
+providers and projects). Each section reads what the gateway
 has (``read``) and writes one item (``write``) through the admin API, so an import is
 checked by the same rules as any other request. An import compares each item with what
 is there and writes only what differs: running it twice writes nothing the second time.
@@ -15,7 +16,11 @@ It creates and updates; it never deletes.
 
 **Secrets are excluded**: API keys (the database holds only their hashes), the node
 token and the proxy secret (settings, not data) are never in the file; users come back
-without keys (``jobgate admin users key NAME`` makes one). New kinds (job templates,
+without keys (``jobgate admin users key NAME`` makes one). An identity provider's client
+secret is not in the file either: its ``client_secret`` is ``"excluded"`` (it had one) or
+``null`` (a public client); an import never sends one, so a provider keeps the secret it
+has, and one that lacks the secret it had is named in the import's notes (``jobgate admin
+sso set NAME ... --client-secret-file F`` gives it). New kinds (job templates,
 triggers) slot in as one more Section; a file naming a section this jobgate does not
 know is refused, as is a file of a newer ``version``.
 """
@@ -42,9 +47,11 @@ class ConfigError(Exception):
 
 @dataclass
 class Outcome:
-    """What an import did, per section: created / updated / unchanged / skipped names."""
+    """What an import did, per section: created / updated / unchanged / skipped names;
+    and notes: what is left for the admin to do by hand."""
 
     done: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def add(self, section: str, what: str, name: str) -> None:
         self.done.setdefault(section, {}).setdefault(what, []).append(name)
@@ -61,9 +68,12 @@ class Section:
     #: write one item the gateway lacks or holds differently (None: it has none); returns
     #: "created", "updated" or "skipped" (cannot be changed through the API)
     write: Callable[[Client, Item, Item | None], str]
+    #: what the admin must still do for an item, given what the gateway had (None: nothing)
+    note: Callable[[Item, Item | None], str | None] | None = None
 
     def name(self, item: Item) -> str:
-        return "/".join(str(item[f]) for f in self.fields if f in ("scope", "subject", "name"))
+        named = ("scope", "subject", "provider", "name")
+        return "/".join(str(item[f]) for f in self.fields if f in named)
 
 
 # ---- sections -------------------------------------------------------------------------
@@ -167,6 +177,63 @@ def _write_budget(api: Client, item: Item, now: Item | None) -> str:
     return "created" if now is None else "updated"
 
 
+#: an identity provider's fields in the file (GET /v1/auth/providers less created_at;
+#: client_secret is "excluded" or null, never a secret)
+PROVIDER_KEYS: Final = (
+    "name",
+    "display_name",
+    "issuer",
+    "client_id",
+    "cli_client_id",
+    "scopes",
+    "username_claim",
+    "groups_claim",
+    "client_secret",
+)
+
+
+def _read_providers(api: Client) -> list[Item]:
+    return [
+        {k: p[k] for k in PROVIDER_KEYS[:-1]}
+        | {"client_secret": "excluded" if p["has_client_secret"] else None}
+        for p in api.get("/v1/auth/providers")
+    ]
+
+
+def _write_provider(api: Client, item: Item, now: Item | None) -> str:
+    # no client_secret: the provider keeps the one it has (or stays without)
+    body = {k: item[k] for k in PROVIDER_KEYS[1:-1]}
+    api.request("PUT", f"/v1/auth/providers/{segment(item['name'])}", json=body)
+    return "created" if now is None else "updated"
+
+
+def _provider_note(item: Item, now: Item | None) -> str | None:
+    if item["client_secret"] is None or (now is not None and now["client_secret"] is not None):
+        return None
+    return (
+        f"identity provider {item['name']} had a client secret, which is not in the file: "
+        f"jobgate admin sso set {item['name']} ... --client-secret-file FILE"
+    )
+
+
+BINDING_KEYS: Final = ("provider", "name", "claim", "value", "project", "role")
+
+
+def _read_bindings(api: Client) -> list[Item]:
+    return [
+        {"provider": p["name"]} | {k: b[k] for k in BINDING_KEYS[1:]}
+        for p in api.get("/v1/auth/providers")
+        for b in api.get(f"/v1/auth/providers/{segment(p['name'])}/bindings")
+    ]
+
+
+def _write_binding(api: Client, item: Item, now: Item | None) -> str:
+    body = {k: item[k] for k in BINDING_KEYS[2:]}
+    path = f"/v1/auth/providers/{segment(item['provider'])}/bindings/{segment(item['name'])}"
+    api.request("PUT", path, json=body)
+    return "created" if now is None else "updated"
+
+
 SECTIONS: Final = (
     Section("resource_groups", ("name", "description", "scheduler"), _read_groups, _write_group),
     Section("images", ("name", "apps"), _read_images, _write_image),
@@ -184,17 +251,21 @@ SECTIONS: Final = (
         _read_budgets,
         _write_budget,
     ),
+    Section("sso_providers", PROVIDER_KEYS, _read_providers, _write_provider, _provider_note),
+    Section("sso_bindings", BINDING_KEYS, _read_bindings, _write_binding),
 )
 #: fields added after the format's first version: files written before them still load
 OPTIONAL: Final = frozenset({"max_folder_bytes", "max_priority", "share"})
 _HEADER: Final = ("format", "version", "exported_at", "exported_from", "secrets")
+#: markers, not values: an import never writes them
+_UNCOMPARED: Final = frozenset({"client_secret"})
 
 
 def _same(section: Section, want: Item, have: Item) -> bool:
     if section.key == "projects":  # members are added, never removed; share 1 if unsaid
         same_share = want.get("share", 1) == have.get("share", 1)
         return set(want["members"]) <= set(have["members"]) and same_share
-    return all(want.get(f) == have.get(f) for f in section.fields)
+    return all(want.get(f) == have.get(f) for f in section.fields if f not in _UNCOMPARED)
 
 
 # ---- export / import ------------------------------------------------------------------
@@ -236,6 +307,11 @@ def check(doc: object) -> dict[str, Any]:
             if lacking or extra:
                 what = f"lacks {', '.join(lacking)}" if lacking else f"unknown {', '.join(extra)}"
                 raise ConfigError(f"{section.key}[{n}]: {what}")
+            if item.get("client_secret", None) not in (None, "excluded"):
+                raise ConfigError(
+                    f'{section.key}[{n}]: client_secret must be "excluded" or null (the file '
+                    "holds no secrets: jobgate admin sso set gives one)"
+                )
     return doc
 
 
@@ -250,9 +326,11 @@ def import_(api: Client, doc: object) -> Outcome:
             now = have.get(name)
             if now is not None and _same(section, item, now):
                 outcome.add(section.key, "unchanged", name)
-                continue
-            try:
-                outcome.add(section.key, section.write(api, item, now), name)
-            except ApiError as exc:
-                raise ConfigError(f"{section.key} {name}: {exc.detail}") from None
+            else:
+                try:
+                    outcome.add(section.key, section.write(api, item, now), name)
+                except ApiError as exc:
+                    raise ConfigError(f"{section.key} {name}: {exc.detail}") from None
+            if section.note is not None and (note := section.note(item, now)):
+                outcome.notes.append(note)
     return outcome

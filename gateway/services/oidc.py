@@ -57,7 +57,14 @@ from gateway.db.models import (
 )
 from gateway.domain import oidc
 from gateway.domain.errors import Invalid, NotFound, Unauthenticated
-from gateway.domain.sealing import MasterKey, Sealed, associated_data, open_value, seal
+from gateway.domain.sealing import (
+    MasterKey,
+    Sealed,
+    associated_data,
+    open_value,
+    rewrap,
+    seal,
+)
 
 __all__ = [
     "SSO_KEY_PREFIX",
@@ -66,6 +73,7 @@ __all__ = [
     "OidcService",
     "ProviderSpec",
     "SignedIn",
+    "rekey_providers",
 ]
 
 SSO_KEY_PREFIX = "oidc-"  # the name of every key a sign-in makes: oidc-PROVIDER-xxxxxx
@@ -118,6 +126,30 @@ class _Issuer:
 
 def _secret_aad(provider_id: str, name: str) -> bytes:
     return associated_data(provider_id, "oidc-provider:" + name)
+
+
+async def rekey_providers(db: AsyncSession, old: MasterKey, new: MasterKey) -> tuple[int, int]:
+    """Every provider's client secret's data key wrapped again by *new*, in the caller's
+    transaction (``jobgate admin secrets rekey``, with the user secrets): (rewrapped,
+    already under *new*). One that *old* does not open stops it all (SealingError)."""
+    done = kept = 0
+    rows = await db.execute(
+        select(OidcProvider)
+        .where(OidcProvider.secret_ciphertext.is_not(None))
+        .order_by(OidcProvider.id)
+        .with_for_update()
+    )
+    for row in rows.scalars():
+        if row.secret_key_id == new.key_id:
+            kept += 1
+            continue
+        assert row.secret_ciphertext is not None
+        assert row.secret_wrapped_key is not None
+        sealed = Sealed(row.secret_ciphertext, row.secret_wrapped_key, row.secret_key_id or "")
+        sealed = rewrap(old, new, _secret_aad(row.id, row.name), sealed)
+        row.secret_wrapped_key, row.secret_key_id = sealed.wrapped_key, sealed.key_id
+        done += 1
+    return done, kept
 
 
 def check_issuer(issuer: str) -> str:
@@ -255,7 +287,7 @@ class OidcService:
                 .where(OidcBinding.provider_id == prov.id)
                 .order_by(OidcBinding.name)
             )
-            return [(b, p) for b, p in rows.tuples()]
+            return [(b, p) for b, p in rows]
 
     async def delete_binding(self, provider: str, name: str) -> None:
         async with self.db() as db, db.begin():

@@ -493,7 +493,10 @@ def blobs_gc(
     out.print(f"{len(deleted)} blob(s) deleted, {len(store.list())} kept")
 
 
-secrets_ = typer.Typer(help="User secrets' master key (docs/secrets.md).", no_args_is_help=True)
+secrets_ = typer.Typer(
+    help="The master key of user secrets and providers' client secrets (docs/secrets.md).",
+    no_args_is_help=True,
+)
 app.add_typer(secrets_, name="secrets")
 
 
@@ -507,7 +510,8 @@ def secrets_rekey(
         ),
     ],
 ) -> None:
-    """Wrap every secret's data key with a new master key, in one transaction.
+    """Wrap every secret's data key with a new master key, in one transaction
+    (user secrets and identity providers' client secrets).
 
     Runs with the database (JOBGATE_DATABASE_URL) and the current key as the gateway has
     it (JOBGATE_SECRETS_KEY, JOBGATE_SECRETS_KEY_FILE or DATA_DIR/secrets.key), like
@@ -527,12 +531,17 @@ def secrets_rekey(
             raise ApiError(0, "Usage", "no current key: set JOBGATE_SECRETS_KEY (docs/secrets.md)")
         old = MasterKey.from_base64(current)
         new = MasterKey.from_base64(new_key_file.read_text())
-        done, kept = asyncio.run(rekey_secrets(settings.effective_database_url, old, new))
+        (done, kept), (pdone, pkept) = asyncio.run(
+            rekey_secrets(settings.effective_database_url, old, new)
+        )
     except OSError as exc:
         raise ApiError(0, "Usage", f"cannot read {exc.filename}: {exc.strerror}") from None
     except SealingError as exc:
         raise ApiError(0, "Usage", f"{exc}; nothing was changed") from None
-    out.print(f"{done} secret(s) rewrapped, {kept} already under the new key ({new.key_id})")
+    out.print(
+        f"{done} secret(s) and {pdone} provider secret(s) rewrapped, {kept} and {pkept} "
+        f"already under the new key ({new.key_id})"
+    )
 
 
 app.add_typer(config.app, name="config")

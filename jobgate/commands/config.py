@@ -1,7 +1,8 @@
 """``jobgate admin config export FILE`` / ``import FILE``: the deployment's settings as a file.
 
 The format and its rules live in :mod:`jobgate.configfile`: resource groups, images,
-users (no keys), projects and policies; secrets excluded; an import only creates and
+users (no keys), projects, policies, budgets, identity providers (no client secrets)
+and their binding rules; secrets excluded; an import only creates and
 updates, and writes nothing the second time. ``-`` is stdout / stdin.
 """
 
@@ -20,7 +21,8 @@ from jobgate.render import Output, err, out, print_json
 __all__ = ["app"]
 
 app = typer.Typer(
-    help="Export and import resource groups, images, users, projects, policies (no secrets).",
+    help="Export and import resource groups, images, users, projects, policies, budgets, "
+    "identity providers and binding rules (no secrets).",
     no_args_is_help=True,
 )
 
@@ -72,14 +74,21 @@ def import_config(
         raise typer.Exit(1) from None
     totals = {w: outcome.count(w) for w in ("created", "updated", "unchanged", "skipped")}
     if output == Output.json:
-        print_json({"sections": outcome.done, **totals})
+        print_json({"sections": outcome.done, **totals, "notes": outcome.notes})
         return
-    nouns = {"resource_groups": "resource group", "policies": "policy"}
+    nouns = {
+        "resource_groups": "resource group",
+        "policies": "policy",
+        "sso_providers": "identity provider",
+        "sso_bindings": "binding rule",
+    }
     for section, per in outcome.done.items():
         for what in ("created", "updated", "skipped"):
             for name in per.get(what, []):
                 note = " (exists with another role; not changed)" if what == "skipped" else ""
                 out.print(f"{what} {nouns.get(section, section[:-1])} {name}{note}")
+    for note in outcome.notes:
+        out.print(f"note: {note}", markup=False)
     out.print(
         f"{outcome.count('created')} created, {outcome.count('updated')} updated, "
         f"{outcome.count('unchanged')} unchanged, {outcome.count('skipped')} skipped"

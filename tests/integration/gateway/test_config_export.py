@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from harness import Stack
+import pytest
+from harness import Stack, started_stack
+from pydantic import SecretStr
 
 from gateway.db.migrate import upgrade_async
+
+#: an identity provider's client secret (sealed with the first deployment's secrets key)
+CLIENT_SECRET = "idp-Cl1entS3cret-7f6e5d4c3b2a"
+
+
+@pytest.fixture
+async def kstack(pg_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A deployment with a secrets key (a provider's client secret is sealed with it)."""
+    key = SecretStr(base64.b64encode(os.urandom(32)).decode())
+    async with started_stack(pg_url, redis_url, tmp_path, secrets_key=key) as s:
+        yield s
 
 
 @dataclass
@@ -44,7 +59,8 @@ async def cli(stack: Stack, *args: str) -> Done:
 
 
 async def configure(stack: Stack) -> None:
-    """What an operator sets up by hand: a group, an image, users, a project, policies."""
+    """What an operator sets up by hand: a group, an image, users, a project, policies,
+    a budget, identity providers and their binding rules."""
     await stack.create_user("alice")
     await stack.create_user("bob", role="admin")
     async with stack.client() as api:
@@ -77,6 +93,33 @@ async def configure(stack: Stack) -> None:
                 "/v1/budgets/project/vision",
                 {"period": "week", "limits": {"gpu": 100}, "members": {"alice": {"gpu": 60}}},
             ),
+            (
+                "PUT",
+                "/v1/auth/providers/corp",
+                {
+                    "issuer": "https://idp.example.com/realms/corp",
+                    "client_id": "jobgate-console",
+                    "client_secret": CLIENT_SECRET,
+                    "cli_client_id": "jobgate-cli",
+                    "display_name": "Corp SSO",
+                    "groups_claim": "roles",
+                },
+            ),
+            (
+                "PUT",
+                "/v1/auth/providers/lab",
+                {"issuer": "http://127.0.0.1:9/lab", "client_id": "lab", "client_secret": ""},
+            ),
+            (
+                "PUT",
+                "/v1/auth/providers/corp/bindings/ml-team",
+                {"value": "ml-team", "project": "vision"},
+            ),
+            (
+                "PUT",
+                "/v1/auth/providers/corp/bindings/ops",
+                {"claim": "email_domain", "value": "ops.example.com", "role": "admin"},
+            ),
         ]
         for method, path, body in calls:
             r = await api.request(method, path, json=body)
@@ -88,8 +131,9 @@ def sections(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_export_then_import_twice_into_another_deployment(
-    stack: Stack, redis_url: str, tmp_path: Path
+    kstack: Stack, redis_url: str, tmp_path: Path
 ) -> None:
+    stack = kstack
     await configure(stack)
     file = tmp_path / "jobgate-config.json"
     done = await cli(stack, "export", str(file))
@@ -121,8 +165,54 @@ async def test_export_then_import_twice_into_another_deployment(
             "members": {"alice": {"gpu": 60.0}},
         }
     ]
+    # identity providers without their client secrets, then their binding rules
+    assert CLIENT_SECRET not in text
+    assert doc["sso_providers"] == [
+        {
+            "name": "corp",
+            "display_name": "Corp SSO",
+            "issuer": "https://idp.example.com/realms/corp",
+            "client_id": "jobgate-console",
+            "cli_client_id": "jobgate-cli",
+            "scopes": "openid profile email",
+            "username_claim": "preferred_username",
+            "groups_claim": "roles",
+            "client_secret": "excluded",
+        },
+        {
+            "name": "lab",
+            "display_name": "lab",
+            "issuer": "http://127.0.0.1:9/lab",
+            "client_id": "lab",
+            "cli_client_id": "",
+            "scopes": "openid profile email",
+            "username_claim": "preferred_username",
+            "groups_claim": "groups",
+            "client_secret": None,
+        },
+    ]
+    assert doc["sso_bindings"] == [
+        {
+            "provider": "corp",
+            "name": "ml-team",
+            "claim": "roles",
+            "value": "ml-team",
+            "project": "vision",
+            "role": "user",
+        },
+        {
+            "provider": "corp",
+            "name": "ops",
+            "claim": "email_domain",
+            "value": "ops.example.com",
+            "role": "admin",
+            "project": None,
+        },
+    ]
+    assert list(doc)[-2:] == ["sso_providers", "sso_bindings"]
 
-    # a second deployment: its own SQLite database, gateway and Redis database
+    # a second deployment: its own SQLite database, gateway and Redis database (and no
+    # secrets key: the file brings no secret to seal)
     parts = urlsplit(redis_url)
     other = tmp_path / "other"
     other.mkdir()
@@ -137,18 +227,32 @@ async def test_export_then_import_twice_into_another_deployment(
         assert "created resource group gpu" in first.stdout
         assert "created policy user/alice" in first.stdout
         assert " 0 updated" in first.stdout
+        assert "created identity provider corp" in first.stdout
+        assert "created binding rule corp/ops" in first.stdout
+        # the admin is told which provider lacks the secret it had (and only that one)
+        notes = [line for line in first.stdout.splitlines() if line.startswith("note: ")]
+        assert len(notes) == 1, first.stdout
+        assert "jobgate admin sso set corp" in notes[0]
         again = await cli(second, "export", "-")
         assert again.returncode == 0, again.stderr
         copied = json.loads(again.stdout)
-        # everything came across (the second one's own admin user aside)
+        # everything came across (the second one's own admin user aside), but the secret
         copied["users"] = [u for u in copied["users"] if u["name"] != "admin"]
         doc["users"] = [u for u in doc["users"] if u["name"] != "admin"]
+        assert copied["sso_providers"][0].pop("client_secret") is None
+        assert doc["sso_providers"][0].pop("client_secret") == "excluded"
         assert sections(copied) == sections(doc)
 
         repeat = await cli(second, "import", str(file))
         assert repeat.returncode == 0, repeat.stderr
-        # 2 groups, 1 image, 3 users (admin too), 1 project, 3 policies, 1 budget: nothing
-        assert repeat.stdout.strip().endswith("0 created, 0 updated, 11 unchanged, 0 skipped")
+        # 2 groups, 1 image, 3 users (admin too), 1 project, 3 policies, 1 budget,
+        # 2 providers, 2 binding rules: nothing
+        assert repeat.stdout.strip().endswith("0 created, 0 updated, 15 unchanged, 0 skipped")
+        assert "note: identity provider corp had a client secret" in repeat.stdout
+        listed = await cli(second, "import", "-o", "json", str(file))
+        assert json.loads(listed.stdout)["sections"]["sso_bindings"] == {
+            "unchanged": ["corp/ml-team", "corp/ops"]
+        }
 
         changed = json.loads(text)
         next(p for p in changed["policies"] if p["subject"] == "alice")["max_sessions"] = 5
@@ -156,16 +260,21 @@ async def test_export_then_import_twice_into_another_deployment(
         third = await cli(second, "import", str(file))
         assert third.returncode == 0, third.stderr
         assert "updated policy user/alice" in third.stdout
-        assert "0 created, 1 updated, 10 unchanged" in third.stdout
+        assert "0 created, 1 updated, 14 unchanged" in third.stdout
         async with second.client() as api:
             got = (await api.get("/v1/policies")).json()
         assert next(p for p in got if p["subject"] == "alice")["max_sessions"] == 5
 
         # files this jobgate cannot read are refused before anything is written
+        corp = changed["sso_providers"][0]
         for bad, message in [
             ({**changed, "version": 2}, "newer than this jobgate reads"),
             ({**changed, "templates": []}, "sections this jobgate does not know: templates"),
             ({**changed, "users": [{"name": "x"}]}, "users[0]: lacks role"),
+            (
+                {**changed, "sso_providers": [{**corp, "client_secret": "s3cret"}]},
+                'sso_providers[0]: client_secret must be "excluded" or null',
+            ),
             ({"format": "other"}, "not a jobgate configuration file"),
         ]:
             file.write_text(json.dumps(bad))

@@ -23,7 +23,17 @@ from redis.asyncio import Redis
 from waiting import until
 
 from contract.keys import ENDPOINT_WAKE_CHANNEL, endpoint_wake_key
-from gateway.domain.sealing import MasterKey, Sealed, SealingError, associated_data, open_value
+from gateway.auth import KeyCache
+from gateway.db.models import OidcProvider
+from gateway.domain.sealing import (
+    MasterKey,
+    Sealed,
+    SealingError,
+    associated_data,
+    open_value,
+    seal,
+)
+from gateway.services.oidc import OidcService, _secret_aad
 
 VALUE = "hf_Sup3rS3cretT0ken_9f8e7d6c"
 ROTATED = "hf_R0tatedT0ken_a1b2c3d4e5"
@@ -277,6 +287,12 @@ async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path:
         for name in ("ONE", "TWO"):
             r = await api.post("/v1/secrets", json={"name": name, "value": VALUE + name})
             assert r.status_code == 201, r.text
+    async with stack.client() as api:  # an identity provider's client secret, sealed alike
+        r = await api.put(
+            "/v1/auth/providers/corp",
+            json={"issuer": "https://idp.example.com", "client_id": "c", "client_secret": OTHER},
+        )
+        assert r.status_code == 201, r.text
     new = MasterKey.generate()
     (tmp_path / "new.key").write_text(new.to_base64() + "\n")
     env = {
@@ -287,18 +303,15 @@ async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path:
     out = await _run_cli(
         env, "admin", "secrets", "rekey", "--new-key-file", str(tmp_path / "new.key")
     )
-    assert "2 secret(s) rewrapped, 0 already under the new key" in out, out
+    assert (
+        "2 secret(s) and 1 provider secret(s) rewrapped, 0 and 0 already under the new key" in out
+    ), out
     again = await _run_cli(
         env, "admin", "secrets", "rekey", "--new-key-file", str(tmp_path / "new.key")
     )
-    assert "0 secret(s) rewrapped, 2 already" in again, again
+    assert "0 secret(s) and 0 provider secret(s) rewrapped, 2 and 1 already" in again, again
     old = MasterKey.from_base64(KEY)
-    url = stack.settings.effective_database_url.replace("postgresql+asyncpg://", "postgresql://")
-    conn = await asyncpg.connect(url)
-    try:
-        rows = await conn.fetch("SELECT * FROM secrets ORDER BY name")
-    finally:
-        await conn.close()
+    rows, providers = await _sealed_rows(stack)
     for row in rows:
         sealed = Sealed(bytes(row["ciphertext"]), bytes(row["wrapped_key"]), row["key_id"])
         aad = associated_data(row["id"], row["name"])
@@ -306,6 +319,11 @@ async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path:
         assert open_value(new, aad, sealed) == (VALUE + row["name"]).encode()
         with pytest.raises(SealingError):
             open_value(old, aad, sealed)
+    (corp,) = providers
+    assert corp.secret_key_id == new.key_id
+    assert _oidc(new)._secret(corp) == OTHER  # what the console's code flow sends
+    with pytest.raises(SealingError):
+        _oidc(old)._secret(corp)
     # a wrong current key changes nothing
     wrong = env | {"JOBGATE_SECRETS_KEY": MasterKey.generate().to_base64()}
     other = tmp_path / "other.key"
@@ -314,6 +332,55 @@ async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path:
         wrong, "admin", "secrets", "rekey", "--new-key-file", str(other), ok=False
     )
     assert "nothing was changed" in failed, failed
+    # nor does a provider's secret the current key does not open, though every user
+    # secret opens (they are rewrapped first, then rolled back with it)
+    stray = MasterKey.generate()
+    resealed = seal(stray, _secret_aad(corp.id, corp.name), OTHER.encode())
+    url = stack.settings.effective_database_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "UPDATE oidc_providers SET secret_ciphertext = $1, secret_wrapped_key = $2, "
+            "secret_key_id = $3 WHERE id = $4",
+            resealed.ciphertext,
+            resealed.wrapped_key,
+            resealed.key_id,
+            corp.id,
+        )
+    finally:
+        await conn.close()
+    current = env | {"JOBGATE_SECRETS_KEY": new.to_base64()}
+    failed = await _run_cli(
+        current, "admin", "secrets", "rekey", "--new-key-file", str(other), ok=False
+    )
+    assert "nothing was changed" in failed, failed
+    after, (still,) = await _sealed_rows(stack)
+    assert [(r["key_id"], bytes(r["wrapped_key"])) for r in after] == [
+        (r["key_id"], bytes(r["wrapped_key"])) for r in rows
+    ]
+    assert (still.secret_key_id, still.secret_wrapped_key) == (
+        stray.key_id,
+        resealed.wrapped_key,
+    )
+
+
+async def _sealed_rows(stack: Stack) -> tuple[list[asyncpg.Record], list[OidcProvider]]:
+    """The secrets' rows, and the providers' as the service reads them."""
+    url = stack.settings.effective_database_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT * FROM secrets ORDER BY name")
+        found = await conn.fetch("SELECT * FROM oidc_providers ORDER BY name")
+    finally:
+        await conn.close()
+    columns = ("id", "name", "secret_ciphertext", "secret_wrapped_key", "secret_key_id")
+    providers = [OidcProvider(**{c: p[c] for c in columns}) for p in found]
+    return list(rows), providers
+
+
+def _oidc(master: MasterKey) -> OidcService:
+    """The service as a gateway holding *master* has it (only its sealing is used here)."""
+    return OidcService(None, KeyCache(0), master, None, key_ttl_s=60)  # type: ignore[arg-type]
 
 
 # -- endpoints and templates --------------------------------------------------------------
