@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.rules import CLAIM_PATTERN, SHORT_NAME_PATTERN
-from gateway.domain.requests import Input
+from gateway.api.rules import CLAIM_PATTERN, ISSUER_PATTERN, SCOPES_PATTERN, SHORT_NAME_PATTERN
+from gateway.domain.requests import NO_NUL, Input
 
 __all__ = [
     "BindingPublic",
@@ -26,21 +26,32 @@ class ProviderPut(Input):
     model_config = ConfigDict(extra="forbid")
 
     issuer: str = Field(
-        min_length=8, max_length=512, description="https:// (http only on loopback)"
+        max_length=512, pattern=ISSUER_PATTERN, description="https:// (http only on loopback)"
     )
-    client_id: str = Field(min_length=1, max_length=256, description="the console's client")
+    client_id: str = Field(
+        min_length=1, max_length=256, pattern=NO_NUL, description="the console's client"
+    )
     client_secret: str | None = Field(
         None,
         max_length=1024,
+        pattern=NO_NUL,
         description="the console's client secret, sealed at rest and never shown again; "
         'left out: the stored one stays; "": a public client (PKCE only)',
     )
     cli_client_id: str = Field(
-        "", max_length=256, description="a public client for `jobgate login` (device flow)"
+        "",
+        max_length=256,
+        pattern=NO_NUL,
+        description="a public client for `jobgate login` (device flow)",
     )
-    display_name: str = Field("", max_length=128, description='the button\'s "Sign in with …"')
+    display_name: str = Field(
+        "", max_length=128, pattern=NO_NUL, description='the button\'s "Sign in with …"'
+    )
     scopes: str = Field(
-        "openid profile email", max_length=512, description="space-separated; must hold openid"
+        "openid profile email",
+        max_length=512,
+        pattern=SCOPES_PATTERN,
+        description="space-separated; must hold openid",
     )
     username_claim: str = Field("preferred_username", pattern=CLAIM_PATTERN)
     groups_claim: str = Field("groups", pattern=CLAIM_PATTERN)
@@ -70,9 +81,20 @@ class ProviderSignIn(BaseModel):
 
 
 class BindingPut(Input):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # a rule gives a project, the admin role, or both
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["project"], "properties": {"project": {"type": "string"}}},
+                {"required": ["role"], "properties": {"role": {"const": "admin"}}},
+            ]
+        },
+    )
 
-    value: str = Field(min_length=1, max_length=256, description="the claim's value to match")
+    value: str = Field(
+        min_length=1, max_length=256, pattern=NO_NUL, description="the claim's value to match"
+    )
     claim: str | None = Field(
         None, pattern=CLAIM_PATTERN, description="left out: the provider's groups claim"
     )

@@ -32,8 +32,10 @@ __all__ = [
     "CLAIM_PATTERN",
     "CURSOR_PATTERN",
     "ID_PREFIX_PATTERN",
+    "ISSUER_PATTERN",
     "PROTOCOL_PATTERN",
     "RULES",
+    "SCOPES_PATTERN",
     "SHORT_NAME_PATTERN",
     "UPLOAD_ID_PATTERN",
     "USER_NAME_PATTERN",
@@ -53,6 +55,14 @@ ACTION_PATTERN: Final = r"^[a-z0-9-]+$"
 AUDIT_CURSOR_PATTERN: Final = r"^[0-9]{1,18}$"
 #: an ID token claim's name (single sign-on: a provider's username and groups claims)
 CLAIM_PATTERN: Final = r"^[A-Za-z0-9_:./-]{1,64}$"
+#: the scopes a sign-in asks for: space-separated, openid among them
+SCOPES_PATTERN: Final = r"^([\x21-\x7e]+ )*openid( [\x21-\x7e]+)*$"
+#: an identity provider's issuer: https, or http on this machine's loopback
+ISSUER_PATTERN: Final = (
+    r"^(https://[A-Za-z0-9.-]+|http://(localhost|127\.0\.0\.1|\[::1\]))"
+    r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+    r"(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$"
+)
 
 _FOLDER_NAME = (
     "letters, digits, '_', '.' and '-', 1-64 characters, starting with a letter or digit "
@@ -92,6 +102,11 @@ RULES: Final[dict[str, str]] = {
     ACTION_PATTERN: "an operation id: lower-case letters, digits and '-' (sessions-create)",
     AUDIT_CURSOR_PATTERN: "the next_cursor of the page before (digits)",
     CLAIM_PATTERN: "a claim's name: letters, digits, '_', ':', '.', '/' and '-', 1-64 characters",
+    SCOPES_PATTERN: "scopes separated by single spaces, openid among them",
+    ISSUER_PATTERN: (
+        "an https:// URL (http:// only on localhost, 127.0.0.1 or [::1]), without a query "
+        "or fragment"
+    ),
 }
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.responses import Response
 
 from contract.keys import console_session_key
 from contract.tokens import CONSOLE_COOKIE
@@ -37,6 +38,7 @@ __all__ = [
     "SAFE_METHODS",
     "Signed",
     "principal",
+    "set_cookie",
     "sign_in",
     "sign_out",
     "signed",
@@ -69,6 +71,19 @@ async def sign_in(
     record = json.dumps({"key_hash": hash_key(key.strip()), "csrf": csrf})
     await redis.set(console_session_key(_digest(cookie)), record, ex=ttl_s)
     return cookie, Signed(who, csrf)
+
+
+def set_cookie(response: Response, cookie: str, ttl_s: int, *, https: bool) -> None:
+    """Give the browser its sign-in cookie (a key's sign-in and a single sign-on alike)."""
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=ttl_s,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=https,
+    )
 
 
 async def sign_out(redis: Redis, cookie: str) -> None:

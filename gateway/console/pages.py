@@ -27,7 +27,15 @@ from gateway.api.deps import State
 from gateway.api.problems import http_problem
 from gateway.auth import Principal
 from gateway.console.chart import Bucket, chart
-from gateway.console.cookies import COOKIE, Signed, same_origin, sign_in, sign_out, signed
+from gateway.console.cookies import (
+    COOKIE,
+    Signed,
+    same_origin,
+    set_cookie,
+    sign_in,
+    sign_out,
+    signed,
+)
 from gateway.domain.errors import NotFound, Unauthenticated
 from gateway.domain.usage import floor
 from gateway.services.oidc import SSO_KEY_PREFIX
@@ -190,14 +198,8 @@ async def sign_in_submit(request: Request, state: State) -> Response:
         return await sign_in_error(request, state, 401, exc.detail)
     audit.note_principal(request, sign.principal)
     response = RedirectResponse("/", status_code=303, headers=HEADERS)
-    response.set_cookie(
-        COOKIE,
-        cookie,
-        max_age=state.settings.console_session_s,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
+    set_cookie(
+        response, cookie, state.settings.console_session_s, https=request.url.scheme == "https"
     )
     del sign
     return response

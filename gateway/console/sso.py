@@ -30,7 +30,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from contract.keys import console_sso_key
 from gateway.api import audit
 from gateway.api.deps import State
-from gateway.console.cookies import COOKIE, sign_in
+from gateway.console.cookies import set_cookie, sign_in
 from gateway.domain.errors import JobgateError
 
 __all__ = ["FLOW_COOKIE", "router"]
@@ -112,14 +112,8 @@ async def callback(provider: str, request: Request, state: State) -> Response:
     )
     # no Referer: the move to / must not carry this URL's (spent) code and state anywhere
     response = HTMLResponse(page, headers=HEADERS | {"Referrer-Policy": "no-referrer"})
-    response.set_cookie(
-        COOKIE,
-        cookie,
-        max_age=state.settings.console_session_s,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
+    set_cookie(
+        response, cookie, state.settings.console_session_s, https=request.url.scheme == "https"
     )
     response.delete_cookie(FLOW_COOKIE, path="/sign-in/oidc/")
     return response

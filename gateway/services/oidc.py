@@ -56,7 +56,7 @@ from gateway.db.models import (
     utcnow,
 )
 from gateway.domain import oidc
-from gateway.domain.errors import Invalid, NotFound, Unauthenticated
+from gateway.domain.errors import Conflict, Invalid, NotFound, Unauthenticated
 from gateway.domain.sealing import (
     MasterKey,
     Sealed,
@@ -154,7 +154,11 @@ async def rekey_providers(db: AsyncSession, old: MasterKey, new: MasterKey) -> t
 
 def check_issuer(issuer: str) -> str:
     """An issuer URL: https, or http on a loopback host (a provider on this machine)."""
-    parts = urlsplit(issuer)
+    try:
+        parts = urlsplit(issuer)
+        parts.port  # noqa: B018 - a port out of range raises here
+    except ValueError:
+        raise Invalid("the issuer is not a URL", field="issuer") from None
     loopback = parts.hostname in ("localhost", "127.0.0.1", "::1")
     if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
         raise Invalid("the issuer must be an https:// URL (http only on loopback)", field="issuer")
@@ -208,9 +212,9 @@ class OidcService:
             row.secret_ciphertext = row.secret_wrapped_key = row.secret_key_id = None
             return
         if self.master is None:
-            raise Invalid(
-                "a client secret is sealed with the secrets key: set JOBGATE_SECRETS_KEY "
-                "(docs/secrets.md)",
+            raise Conflict(
+                "secrets are not configured: set JOBGATE_SECRETS_KEY to keep a client "
+                "secret (docs/secrets.md)",
                 field="client_secret",
             )
         sealed = seal(self.master, _secret_aad(row.id, row.name), secret.encode())
@@ -260,7 +264,7 @@ class OidcService:
                     await db.execute(select(Project.id).where(Project.name == spec.project))
                 ).scalar_one_or_none()
                 if project_id is None:
-                    raise Invalid(f"no project named {spec.project!r}", field="project")
+                    raise NotFound(f"no project named {spec.project!r}", field="project")
             row = (
                 await db.execute(
                     select(OidcBinding).where(
@@ -446,16 +450,7 @@ class OidcService:
             "Content-Type": "application/x-www-form-urlencoded",
             "Accept": "application/json",
         }
-        try:
-            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, transport=self._transport) as http:
-                answer = await http.post(url, content=body, headers=headers)
-            doc = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            raise Unauthenticated(
-                f"the identity provider cannot be reached ({url}): {type(exc).__name__}",
-                check="provider",
-                type="urn:jobgate:auth:token-rejected",
-            ) from None
+        answer, doc = await self._call("POST", url, content=body, headers=headers)
         if answer.status_code != 200 or not isinstance(doc, dict):
             said = doc if isinstance(doc, dict) else {}
             error, described = said.get("error", answer.status_code), said.get("error_description")
@@ -468,20 +463,25 @@ class OidcService:
         return doc
 
     # ---- what the provider publishes -------------------------------------------------
-    async def _fetch(self, url: str) -> dict[str, Any]:
+    async def _call(self, method: str, url: str, **kwargs: Any) -> tuple[httpx.Response, Any]:
+        """One request to the provider: its answer and decoded JSON body."""
         try:
             async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, transport=self._transport) as http:
-                answer = await http.get(url)
-            answer.raise_for_status()
-            doc = answer.json()
+                answer = await http.request(method, url, **kwargs)
+            return answer, answer.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise Unauthenticated(
                 f"the identity provider cannot be reached ({url}): {type(exc).__name__}",
                 check="provider",
                 type="urn:jobgate:auth:token-rejected",
             ) from None
-        if not isinstance(doc, dict):
-            raise Unauthenticated(f"{url} is not a JSON object", check="provider")
+
+    async def _fetch(self, url: str) -> dict[str, Any]:
+        answer, doc = await self._call("GET", url)
+        if answer.status_code != 200 or not isinstance(doc, dict):
+            raise Unauthenticated(
+                f"{url} answered {answer.status_code}, not a JSON object", check="provider"
+            )
         return doc
 
     async def _metadata(self, issuer: str) -> dict[str, Any]:

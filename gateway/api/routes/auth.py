@@ -75,7 +75,12 @@ async def get_provider(name: Name, _: Admin, oidc: Oidc) -> ProviderPublic:
     return _public(await oidc.provider(name))
 
 
-@router.put("/providers/{name}", operation_id="auth-providers-put", response_model=ProviderPublic)
+@router.put(
+    "/providers/{name}",
+    operation_id="auth-providers-put",
+    response_model=ProviderPublic,
+    responses={201: {"model": ProviderPublic, "description": "the provider was made"}},
+)
 async def put_provider(
     name: Name, body: ProviderPut, _: Admin, oidc: Oidc, response: Response
 ) -> ProviderPublic:
@@ -114,6 +119,7 @@ async def list_bindings(name: Name, _: Admin, oidc: Oidc) -> list[BindingPublic]
     "/providers/{name}/bindings/{binding}",
     operation_id="auth-bindings-put",
     response_model=BindingPublic,
+    responses={201: {"model": BindingPublic, "description": "the rule was made"}},
 )
 async def put_binding(
     name: Name, binding: Name, body: BindingPut, _: Admin, oidc: Oidc, response: Response

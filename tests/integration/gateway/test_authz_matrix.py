@@ -91,6 +91,16 @@ MATRIX: dict[str, str] = {
     "POST /v1/projects/{name}/members": ADMIN,
     "DELETE /v1/projects/{name}/members/{user}": ADMIN,
     "GET /v1/users/me": USER,
+    # single sign-on: anyone may see the providers and bring a token; admins set them up
+    "GET /v1/auth/sign-in": PUBLIC,
+    "POST /v1/auth/token": PUBLIC,
+    "GET /v1/auth/providers": ADMIN,
+    "GET /v1/auth/providers/{name}": ADMIN,
+    "PUT /v1/auth/providers/{name}": ADMIN,
+    "DELETE /v1/auth/providers/{name}": ADMIN,
+    "GET /v1/auth/providers/{name}/bindings": ADMIN,
+    "PUT /v1/auth/providers/{name}/bindings/{binding}": ADMIN,
+    "DELETE /v1/auth/providers/{name}/bindings/{binding}": ADMIN,
     "GET /v1/users": ADMIN,
     "POST /v1/users": ADMIN,
     "POST /v1/users/{name}/keys": SELF,
@@ -238,6 +248,7 @@ async def world(stack: Stack) -> World:
             "folder": "alices",
             "path": "no/such/file",
             "upload_id": "0" * 32,
+            "binding": "nope",
         },
     )
 

@@ -46,14 +46,17 @@ def test_rsa_and_ec_tokens_pass_and_give_their_claims() -> None:
         ({"iss": ISSUER + "/"}, "issuer"),
         ({"aud": ["other"]}, "audience"),
         ({"aud": [CLIENT, "other"]}, "audience"),  # several audiences, no azp of ours
-        ({"exp": int(time.time()) - oidc.LEEWAY_S - 5}, "expiry"),
-        ({"nbf": int(time.time()) + oidc.LEEWAY_S + 60}, "not-before"),
+        ({"exp": -oidc.LEEWAY_S - 5}, "expiry"),  # times: seconds from now
+        ({"nbf": oidc.LEEWAY_S + 60}, "not-before"),
+        ({"iat": oidc.LEEWAY_S + 60}, "not-before"),
         ({"sub": ""}, "subject"),
     ],
 )
 def test_each_claim_check_names_itself(over: dict[str, Any], failed: str) -> None:
+    now = int(time.time())
+    timed = {k: now + v if k in ("exp", "nbf", "iat") else v for k, v in over.items()}
     with pytest.raises(oidc.TokenRejected) as refused:
-        check(token(**over))
+        check(token(**timed))
     assert refused.value.check == failed
     assert refused.value.status == 401
 
