@@ -1,5 +1,7 @@
-"""Single sign-on for the CLI: the device authorization grant (RFC 8628), and renewing
-the short-lived key it yields (docs/auth.md).
+"""Single sign-on for the CLI: the device authorization grant (RFC 8628), trading the ID
+token for a key and renewing the short-lived key it yields (docs/auth.md). The loopback
+redirect of ``jobgate login --browser`` (RFC 8252) is ``jobgate/sso_loopback.py``; it
+ends in :func:`login` too.
 
 ::
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -30,7 +32,18 @@ from jobgate.client import tls_for
 from jobgate.errors import ApiError
 from jobgate.profile import Profile, SignOn
 
-__all__ = ["DEVICE_GRANT", "DeviceCode", "login", "renewed", "start_device", "wait_for_tokens"]
+__all__ = [
+    "DEVICE_GRANT",
+    "DeviceCode",
+    "Grant",
+    "choose",
+    "discover",
+    "login",
+    "renewed",
+    "scopes_for",
+    "start_device",
+    "wait_for_tokens",
+]
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 RENEW_BEFORE = timedelta(seconds=30)  # renew a key this long before it expires
@@ -105,31 +118,44 @@ def choose(providers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
     raise ApiError(0, "Usage", f"no identity provider named {name!r} on this gateway")
 
 
-def start_device(provider: dict[str, Any]) -> DeviceCode:
-    """Ask *provider* for a device code (RFC 8628 §3.1)."""
+def discover(provider: dict[str, Any]) -> dict[str, Any]:
+    """*provider*'s OpenID discovery document."""
     issuer = str(provider["issuer"]).rstrip("/")
     with _http(issuer) as http:
         found = _json(http, "GET", issuer + "/.well-known/openid-configuration")
-        if found.status_code != 200:
-            raise ApiError(0, "Unreachable", f"{issuer} has no OpenID discovery document")
-        meta = found.json()
-        endpoint = meta.get("device_authorization_endpoint")
-        if not endpoint:
-            raise ApiError(
-                0,
-                "Usage",
-                f"{provider['name']} offers no device sign-in (RFC 8628); "
-                "sign in on the web console and make a key there",
-            )
-        scopes = str(provider.get("scopes") or "openid")
-        if "offline_access" not in scopes.split():
-            scopes += " offline_access"  # a refresh token, so the key can be renewed
-        client_id = str(provider["cli_client_id"])
+    if found.status_code != 200:
+        raise ApiError(0, "Unreachable", f"{issuer} has no OpenID discovery document")
+    meta: dict[str, Any] = found.json()
+    return meta
+
+
+def scopes_for(provider: dict[str, Any]) -> str:
+    """The provider's scopes, with ``offline_access``: a refresh token, so the key can be
+    renewed."""
+    scopes = str(provider.get("scopes") or "openid")
+    if "offline_access" not in scopes.split():
+        scopes += " offline_access"
+    return scopes
+
+
+def start_device(provider: dict[str, Any], meta: dict[str, Any] | None = None) -> DeviceCode:
+    """Ask *provider* (its discovery document *meta*) for a device code (RFC 8628 §3.1)."""
+    meta = discover(provider) if meta is None else meta
+    endpoint = meta.get("device_authorization_endpoint")
+    if not endpoint:
+        raise ApiError(
+            0,
+            "Usage",
+            f"{provider['name']} offers no device sign-in (RFC 8628); "
+            "use `jobgate login --browser`",
+        )
+    client_id = str(provider["cli_client_id"])
+    with _http(str(endpoint)) as http:
         answer = _json(
             http,
             "POST",
             str(endpoint),
-            data={"client_id": client_id, "scope": scopes},
+            data={"client_id": client_id, "scope": scopes_for(provider)},
             headers={"Accept": "application/json"},
         )
     if answer.status_code != 200:
@@ -192,8 +218,16 @@ def _exchange(profile: Profile, provider: str, id_token: str) -> dict[str, Any]:
     return done
 
 
+class Grant(Protocol):
+    """A sign-in at the provider (a :class:`DeviceCode`, or the loopback redirect's
+    ``jobgate.sso_loopback.BrowserSignIn``): where its refresh token is traded, by whom."""
+
+    token_endpoint: str
+    client_id: str
+
+
 def login(
-    profile: Profile, provider: dict[str, Any], device: DeviceCode, tokens: dict[str, Any]
+    profile: Profile, provider: dict[str, Any], grant: Grant, tokens: dict[str, Any]
 ) -> tuple[Profile, dict[str, Any]]:
     """Trade the provider's ID token for a key; the profile to save, and what the gateway said."""
     id_token = tokens.get("id_token")
@@ -204,8 +238,8 @@ def login(
     done = _exchange(profile, str(provider["name"]), id_token)
     sso = SignOn(
         provider=str(provider["name"]),
-        token_endpoint=device.token_endpoint,
-        client_id=device.client_id,
+        token_endpoint=grant.token_endpoint,
+        client_id=grant.client_id,
         refresh_token=str(tokens.get("refresh_token") or ""),
         key_name=str(done["key_name"]),
         key_expires_at=str(done["expires_at"]),

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any, cast
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 from authlib.integrations.flask_oauth2 import AuthorizationServer, ResourceProtector
@@ -69,6 +69,26 @@ _GRANT_TYPES = ["authorization_code", "refresh_token"]  # every client's; device
 _CLAIMS = ["sub", "preferred_username", "email", "groups"]
 
 
+def _loopback(redirect_uri: str) -> bool:
+    """A native app's loopback redirect (RFC 8252 §7.3): ``http`` to 127.0.0.1, [::1] or
+    localhost, on any port (given explicitly), to the path ``/callback`` exactly; no query,
+    no fragment, no user."""
+    try:
+        parts = urlsplit(redirect_uri)
+        port = parts.port
+    except ValueError:
+        return False
+    return (
+        parts.scheme == "http"
+        and parts.hostname in ("127.0.0.1", "::1", "localhost")
+        and port is not None
+        and parts.path == "/callback"
+        and not parts.query
+        and not parts.fragment
+        and not parts.username
+    )
+
+
 class SignInRefused(Exception):
     """A sign-in or device approval the IdP's page refused (wrong password, disabled)."""
 
@@ -99,6 +119,7 @@ class _Client(ClientMixin):  # type: ignore[misc]
     secret: str | None
     redirect_uris: list[str]
     device: bool
+    loopback: bool = False
     client_metadata: dict[str, Any] = field(default_factory=dict)  # read by UserInfoEndpoint
 
     def get_client_id(self) -> str:
@@ -111,7 +132,7 @@ class _Client(ClientMixin):  # type: ignore[misc]
         return list_to_scope([s for s in scope_to_list(scope) or [] if s in SCOPES])  # type: ignore[no-any-return]
 
     def check_redirect_uri(self, redirect_uri: str) -> bool:
-        return redirect_uri in self.redirect_uris
+        return redirect_uri in self.redirect_uris or (self.loopback and _loopback(redirect_uri))
 
     def check_client_secret(self, client_secret: str) -> bool:
         return self.secret is not None and secrets.compare_digest(self.secret, client_secret)
@@ -427,6 +448,7 @@ class TestIdP:
         self.issuer = ""
         self.token_ttl_s = 300
         self.device_ttl_s = 600
+        self.offer_device_flow = True  # False: discovery names no device endpoint
         self._lock = threading.Lock()
         self._clients: dict[str, _Client] = {}
         self._users: dict[str, _User] = {}
@@ -475,10 +497,14 @@ class TestIdP:
         secret: str | None = None,
         redirect_uris: list[str] | None = None,
         device: bool = False,
+        loopback: bool = False,
     ) -> None:
-        """A public client (no *secret*: PKCE S256 required) or a confidential one."""
+        """A public client (no *secret*: PKCE S256 required) or a confidential one; with
+        *device* it may use the device flow, with *loopback* redirect to
+        ``http://127.0.0.1:ANY-PORT/callback`` (also ``[::1]`` and ``localhost``)."""
+        uris = list(redirect_uris or [])
         with self._lock:
-            self._clients[client_id] = _Client(client_id, secret, list(redirect_uris or []), device)
+            self._clients[client_id] = _Client(client_id, secret, uris, device, loopback)
 
     def set_user(
         self,
@@ -611,13 +637,12 @@ class TestIdP:
 
     def _discovery(self) -> dict[str, Any]:
         base = self.issuer
-        return {
+        meta: dict[str, Any] = {
             "issuer": base,
             "authorization_endpoint": f"{base}/authorize",
             "token_endpoint": f"{base}/token",
             "userinfo_endpoint": f"{base}/userinfo",
             "jwks_uri": f"{base}/jwks",
-            "device_authorization_endpoint": f"{base}/device",
             "response_types_supported": ["code"],
             "grant_types_supported": [*_GRANT_TYPES, DEVICE_CODE_GRANT_TYPE],
             "code_challenge_methods_supported": ["S256"],
@@ -627,6 +652,9 @@ class TestIdP:
             "token_endpoint_auth_methods_supported": [*_SECRET_AUTH, *_PUBLIC_AUTH],
             "claims_supported": [*_CLAIMS, "iss", "aud", "exp", "iat", "nonce"],
         }
+        if self.offer_device_flow:
+            meta["device_authorization_endpoint"] = f"{base}/device"
+        return meta
 
     def _jwks(self) -> dict[str, Any]:
         with self._lock:

@@ -1,7 +1,7 @@
 """The single sign-on tests' set-up: a real OpenID Connect provider (tests/idp.py) and a
 gateway that trusts it as "corp" (display name "Corp SSO"), with the console's client,
-the CLI's device client and binding rules: ml-team → project ml, cv-team → project
-vision, platform-admins → the admin role.
+the CLI's client (the device flow, and loopback redirects on any port) and binding rules:
+ml-team → project ml, cv-team → project vision, platform-admins → the admin role.
 
 A test module imports the fixtures it uses, which then go by ``idp`` and ``sso_stack``:
 ``from sso_setup import idp_fixture, sso_stack_fixture``.
@@ -38,7 +38,7 @@ async def sso_stack_fixture(
     async with started_stack(pg_url, redis_url, tmp_path, secrets_key=SecretStr(KEY)) as s:
         callback = f"{s.url}/sign-in/oidc/corp/callback"
         idp.add_client(CONSOLE, secret=CONSOLE_SECRET, redirect_uris=[callback])
-        idp.add_client(CLI, device=True)
+        idp.add_client(CLI, device=True, loopback=True)
         async with s.client() as api:
             r = await api.put(
                 "/v1/auth/providers/corp",

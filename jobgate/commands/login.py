@@ -1,9 +1,11 @@
-"""``jobgate login``: single sign-on through the gateway's identity provider (the device
-flow, RFC 8628; ``jobgate/sso.py``). ``jobgate logout`` undoes it."""
+"""``jobgate login``: single sign-on through the gateway's identity provider: the device
+flow (RFC 8628; ``jobgate/sso.py``), or with ``--browser`` (and where the provider has no
+device flow) the loopback redirect (RFC 8252; ``jobgate/sso_loopback.py``). Either way the
+ID token is traded for a key and saved alike. ``jobgate logout`` undoes it."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +13,9 @@ from jobgate.commands.common import OutputOpt
 from jobgate.errors import ApiError
 from jobgate.profile import Profile
 from jobgate.render import Output, err, print_json, stamp
+
+if TYPE_CHECKING:
+    from jobgate.sso import Grant
 
 __all__ = ["login"]
 
@@ -23,12 +28,21 @@ def login(
     url: Annotated[
         str | None, typer.Option(help="The jobgate API (default: the profile's, or JOBGATE_URL).")
     ] = None,
+    browser: Annotated[
+        bool,
+        typer.Option(
+            "--browser",
+            help="Sign in in this machine's browser (a redirect to a loopback port) rather "
+            "than with a code; also chosen when the provider has no device flow.",
+        ),
+    ] = False,
     output: OutputOpt = Output.table,
 ) -> None:
     """Sign in through your organisation's identity provider.
 
-    Prints a code and where to enter it; once you approve there, the profile holds a
-    short-lived API key that renews itself until the provider says no.
+    Prints a code and where to enter it (or, with --browser, opens the sign-in page); once
+    you approve there, the profile holds a short-lived API key that renews itself until
+    the provider says no.
     """
     from jobgate import sso
 
@@ -45,15 +59,57 @@ def login(
         chosen = sso.choose(listing.get("/v1/auth/sign-in"), provider)
     finally:
         listing.close()
-    device = sso.start_device(chosen)
+    meta = sso.discover(chosen)
+    if browser or not meta.get("device_authorization_endpoint"):
+        grant, tokens = _browser_tokens(chosen, meta)
+    else:
+        grant, tokens = _device_tokens(chosen, meta)
+    _finish(anonymous, chosen, grant, tokens, output)
+
+
+def _device_tokens(chosen: dict[str, Any], meta: dict[str, Any]) -> tuple[Grant, dict[str, Any]]:
+    from jobgate import sso
+
+    device = sso.start_device(chosen, meta)
     where = device.complete_uri or device.verification_uri
     err.print(
         f"To sign in with {chosen['display_name']}, open\n\n    {where}\n\n"
         f"and enter the code  {device.user_code}\n\nWaiting …",
         markup=False,
     )
-    tokens = sso.wait_for_tokens(device)
-    saved, done = sso.login(anonymous, chosen, device, tokens)
+    return device, sso.wait_for_tokens(device)
+
+
+def _browser_tokens(chosen: dict[str, Any], meta: dict[str, Any]) -> tuple[Grant, dict[str, Any]]:
+    import webbrowser
+
+    from jobgate import sso_loopback
+
+    sign_in = sso_loopback.start_browser(chosen, meta)
+    try:
+        err.print(
+            f"Signing in with {chosen['display_name']}.\n"
+            f"Opening the sign-in page in your browser; if nothing opens, visit:\n\n"
+            f"    {sign_in.url}\n\nWaiting …",
+            markup=False,
+        )
+        webbrowser.open(sign_in.url)  # honours $BROWSER
+        return sign_in, sso_loopback.wait_for_tokens(sign_in)
+    finally:
+        sign_in.close()
+
+
+def _finish(
+    anonymous: Profile,
+    chosen: dict[str, Any],
+    grant: Grant,
+    tokens: dict[str, Any],
+    output: Output,
+) -> None:
+    """The tokens traded for a key at the gateway, the profile saved, what was done said."""
+    from jobgate import sso
+
+    saved, done = sso.login(anonymous, chosen, grant, tokens)
     path = saved.save()
     if output == Output.json:
         print_json({k: v for k, v in done.items() if k != "key"} | {"profile": str(path)})

@@ -7,6 +7,9 @@ server), the real gateway, PostgreSQL and Redis.
   the admin role, a groups change and a key rotation at the provider take effect at the
   next renewal, ``jobgate logout`` revokes the key, a user disabled at the provider is
   signed out at the next renewal;
+- ``jobgate login --browser`` (the loopback redirect, RFC 8252), and plain ``login`` where
+  the provider has no device flow: PKCE, state and nonce, one callback then the port
+  closes, a forged state fails the sign-in and saves nothing;
 - the console's code flow with PKCE, state bound to the browser, single use.
 
 (The console in Chromium: test_console_sso_browser.py; the set-up: tests/sso_setup.py.)
@@ -23,6 +26,7 @@ import sys
 import time
 import tomllib
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,16 +121,25 @@ class Cli:
     stack: Stack
     config: Path
 
-    async def run(self, *args: str, approve: tuple[TestIdP, str] | None = None) -> tuple[int, str]:
+    async def run(
+        self,
+        *args: str,
+        approve: tuple[TestIdP, str] | None = None,
+        browse: Callable[[str], Awaitable[object]] | None = None,
+    ) -> tuple[int, str]:
         """``jobgate ARGS`` with this profile (no key in the environment); when *approve*
-        is given, the device code it prints is approved at the provider as that user."""
+        is given, the device code it prints is approved at the provider as that user;
+        *browse* is given the sign-in URL ``login --browser`` prints, and does what the
+        user's browser would. ``BROWSER=true``: the browser it "opens" is a no-op."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("JOBGATE_")}
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "jobgate",
             *args,
-            env=env | {"JOBGATE_URL": self.stack.url, "JOBGATE_CONFIG": str(self.config)},
+            env=env
+            | {"JOBGATE_URL": self.stack.url, "JOBGATE_CONFIG": str(self.config)}
+            | {"BROWSER": "true"},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -142,6 +155,12 @@ class Cli:
                         said.append(line.decode())
                     idp, sub = approve
                     await asyncio.to_thread(idp.approve_device, code.group(1), sub)
+                if browse is not None:
+                    while not (url := re.search(r"visit:\s+(\S+)\n", "".join(said))):
+                        line = await proc.stderr.readline()
+                        assert line, "".join(said)
+                        said.append(line.decode())
+                    await browse(url.group(1))
                 out, rest = await proc.communicate()
         except TimeoutError:
             proc.kill()
@@ -226,6 +245,91 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     assert "sso" not in cli.profile()
     rc, said = await cli.run("sessions", "ls")
     assert rc == 1  # no key any more, rather than the stale one
+
+
+async def test_cli_login_browser_loopback_redirect_state_and_fallback(
+    sso_stack: Stack, idp: TestIdP, tmp_path: Path
+) -> None:
+    stack = sso_stack
+    idp.set_user("erin", groups=["ml-team"])
+    cli = Cli(stack, tmp_path / "erin.toml")
+    seen: dict[str, str] = {}
+
+    async def browser(url: str) -> None:
+        """What erin's browser does: the IdP's sign-in, then back to the CLI's port."""
+        to = urlsplit(url)
+        asked = {k: v[0] for k, v in parse_qs(to.query).items()}
+        assert f"{to.scheme}://{to.netloc}{to.path}" == f"{idp.issuer}/authorize"
+        assert (asked["client_id"], asked["response_type"]) == (CLI, "code")
+        assert asked["code_challenge_method"] == "S256"
+        assert len(asked["code_challenge"]) == 43  # a SHA-256, base64url
+        assert asked["state"]
+        assert asked["nonce"]
+        assert {"openid", "offline_access"} <= set(asked["scope"].split())
+        back_to = urlsplit(asked["redirect_uri"])  # RFC 8252 §7.3: any port
+        assert (back_to.scheme, back_to.hostname) == ("http", "127.0.0.1")
+        assert back_to.path == "/callback"
+        async with httpx.AsyncClient(timeout=10) as http:
+            stray = await http.get(f"http://127.0.0.1:{back_to.port}/favicon.ico")
+            assert stray.status_code == 404  # and the sign-in still waits
+            back = await asyncio.to_thread(idp.sign_in, url, "erin")
+            assert back.startswith(asked["redirect_uri"] + "?")
+            code = parse_qs(urlsplit(back).query)["code"][0]
+            page = await http.get(back)
+        assert page.status_code == 200, page.text
+        assert "Signed in to jobgate; you can close this tab." in page.text
+        assert code not in page.text
+        assert page.headers["referrer-policy"] == "no-referrer"
+        seen["back"] = back
+
+    rc, said = await cli.run("login", "--browser", browse=browser)
+    assert rc == 0, said
+    assert "Opening the sign-in page in your browser; if nothing opens, visit:" in said
+    assert "signed in as erin (user; projects: ml) through corp" in said
+    assert stat.S_IMODE(cli.config.stat().st_mode) == 0o600
+    profile = cli.profile()
+    assert (profile["sso"]["provider"], profile["sso"]["client_id"]) == ("corp", CLI)
+    assert profile["sso"]["token_endpoint"] == f"{idp.issuer}/token"
+    assert profile["sso"]["refresh_token"]
+    async with stack.client(profile["api_key"]) as api:
+        me = (await api.get("/v1/users/me")).json()
+        assert (me["name"], me["role"]) == ("erin", "user")
+    async with httpx.AsyncClient(timeout=10) as http:  # the one-shot server is gone
+        try:
+            await http.get(seen["back"])
+            raise AssertionError("the loopback server still answers")
+        except httpx.ConnectError:
+            pass
+    # its key renews like the device flow's, with the refresh token it kept
+    cli.expire_key()
+    rc, said = await cli.run("sessions", "ls")
+    assert rc == 0, said
+    assert cli.profile()["sso"]["refresh_token"] != profile["sso"]["refresh_token"]
+
+    # a callback with another state (a page on this machine forging one): refused, and
+    # the CLI fails saying so, saving nothing
+    async def forged(url: str) -> None:
+        redirect_uri = parse_qs(urlsplit(url).query)["redirect_uri"][0]
+        async with httpx.AsyncClient(timeout=10) as http:
+            page = await http.get(redirect_uri, params={"code": "stolen", "state": "not-this"})
+        assert page.status_code == 400
+        assert "not started here" in page.text
+
+    mallory = Cli(stack, tmp_path / "mallory.toml")
+    rc, said = await mallory.run("login", "--browser", browse=forged)
+    assert rc == 1, said
+    assert "another sign-in's state (not started here)" in said
+    assert "nothing was saved" in said
+    assert not mallory.config.exists()
+
+    # a provider without the device flow: plain `jobgate login` takes the browser's way
+    idp.offer_device_flow = False
+    again = Cli(stack, tmp_path / "erin-again.toml")
+    rc, said = await again.run("login", browse=browser)
+    assert rc == 0, said
+    assert "enter the code" not in said
+    assert "signed in as erin" in said
+    assert again.profile()["sso"]["refresh_token"]
 
 
 async def test_console_code_flow_with_pkce_state_and_browser_binding(

@@ -217,3 +217,28 @@ def test_forged_tokens_carry_what_the_test_asks(idp: TestIdP) -> None:
     unsigned = idp.sign({"sub": "mallory"}, alg="none")
     assert unsigned.endswith(".")
     assert unsigned.count(".") == 2
+
+
+def test_loopback_redirects_on_any_port_for_clients_that_allow_them(idp: TestIdP) -> None:
+    """RFC 8252 §7.3: ``add_client(..., loopback=True)`` takes ``http`` to 127.0.0.1, [::1]
+    or localhost on any port, to ``/callback`` exactly; other clients only what they
+    registered."""
+    idp.add_client("native", loopback=True)
+    _, challenge = pkce()
+
+    def page(client_id: str, redirect_uri: str) -> int:
+        query = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect_uri,
+                 "scope": "openid", "state": "s", "code_challenge": challenge,
+                 "code_challenge_method": "S256"}  # fmt: skip
+        return httpx.get(f"{idp.issuer}/authorize?{urlencode(query)}").status_code
+
+    for good in ("http://127.0.0.1:53121/callback", "http://[::1]:8/callback",
+                 "http://localhost:65000/callback"):  # fmt: skip
+        assert page("native", good) == 200, good
+    for bad in ("https://127.0.0.1:53121/callback", "http://127.0.0.2:53121/callback",
+                "http://127.0.0.1:53121/other", "http://127.0.0.1:53121/callback?x=1",
+                "http://evil.example:80/callback", "http://127.0.0.1/callback",
+                "http://u@127.0.0.1:5/callback"):  # fmt: skip
+        assert page("native", bad) == 400, bad
+    assert page("cli", "http://127.0.0.1:53121/callback") == 400  # registered port 9 only
+    assert page("cli", CALLBACK) == 200
