@@ -41,14 +41,15 @@ class SignOn:
     refresh_token: str
     key_name: str
     key_expires_at: str  # ISO 8601, as the gateway said
+    revocation_endpoint: str = ""  # where `jobgate logout` revokes the refresh token
 
     @classmethod
     def from_toml(cls, data: object) -> SignOn | None:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(**{name: str(data[name]) for name in cls.__slots__})
-        except KeyError:
+            return cls(**{name: str(data[name]) for name in cls.__slots__ if name in data})
+        except TypeError:
             return None  # a table from another version: sign in again
 
 

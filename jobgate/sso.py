@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 import httpx
 
@@ -40,6 +41,7 @@ __all__ = [
     "discover",
     "login",
     "renewed",
+    "revoke_refresh_token",
     "scopes_for",
     "start_device",
     "wait_for_tokens",
@@ -53,7 +55,13 @@ FORM = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "applicat
 class DeviceCode:
     """A device authorization in progress: what the user is shown, and what is polled."""
 
-    def __init__(self, answer: dict[str, Any], token_endpoint: str, client_id: str) -> None:
+    def __init__(
+        self,
+        answer: dict[str, Any],
+        token_endpoint: str,
+        client_id: str,
+        revocation_endpoint: str = "",
+    ) -> None:
         self.device_code = str(answer["device_code"])
         self.user_code = str(answer["user_code"])
         self.verification_uri = str(answer.get("verification_uri") or answer["verification_url"])
@@ -62,6 +70,7 @@ class DeviceCode:
         self.expires_at = time.monotonic() + float(answer.get("expires_in", 600))
         self.token_endpoint = token_endpoint
         self.client_id = client_id
+        self.revocation_endpoint = revocation_endpoint
 
 
 def _token_request(grant_type: str, **params: str) -> str:
@@ -160,7 +169,8 @@ def start_device(provider: dict[str, Any], meta: dict[str, Any] | None = None) -
         )
     if answer.status_code != 200:
         raise _provider_error(answer, "the device sign-in")
-    return DeviceCode(answer.json(), str(meta["token_endpoint"]), client_id)
+    revocation = str(meta.get("revocation_endpoint") or "")
+    return DeviceCode(answer.json(), str(meta["token_endpoint"]), client_id, revocation)
 
 
 def wait_for_tokens(
@@ -224,6 +234,7 @@ class Grant(Protocol):
 
     token_endpoint: str
     client_id: str
+    revocation_endpoint: str  # "" where the provider publishes none (RFC 7009)
 
 
 def login(
@@ -243,6 +254,7 @@ def login(
         refresh_token=str(tokens.get("refresh_token") or ""),
         key_name=str(done["key_name"]),
         key_expires_at=str(done["expires_at"]),
+        revocation_endpoint=grant.revocation_endpoint,
     )
     return Profile(profile.url, str(done["key"]), profile.proxy_url, sso), done
 
@@ -280,7 +292,25 @@ def renewed(profile: Profile, save: Callable[[Profile], object] = Profile.save) 
         str(tokens.get("refresh_token") or sso.refresh_token),  # rotated, or the same
         str(done["key_name"]),
         str(done["expires_at"]),
+        sso.revocation_endpoint,
     )
     updated = Profile(profile.url, str(done["key"]), profile.proxy_url, fresh)
     save(updated)
     return updated
+
+
+def revoke_refresh_token(sso: SignOn) -> bool:
+    """Ask the provider to revoke the sign-in's refresh token (RFC 7009): whether it
+    said yes. A provider without a revocation endpoint, or one that is unreachable, leaves
+    the token to expire there (the profile forgets it either way)."""
+    if not sso.revocation_endpoint or not sso.refresh_token:
+        return False
+    body = urlencode(
+        {"token": sso.refresh_token, "token_type_hint": "refresh_token", "client_id": sso.client_id}
+    )
+    try:
+        with _http(sso.revocation_endpoint) as http:
+            answer = http.post(sso.revocation_endpoint, content=body, headers=FORM)
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200

@@ -83,6 +83,7 @@ class BrowserSignIn:
 
         self.token_endpoint = str(meta["token_endpoint"])
         self.client_id = str(provider["cli_client_id"])
+        self.revocation_endpoint = str(meta.get("revocation_endpoint") or "")
         self.state = secrets.token_urlsafe(24)
         self.nonce = secrets.token_urlsafe(24)
         self.verifier = secrets.token_urlsafe(48)  # 64 characters of [A-Za-z0-9_-]

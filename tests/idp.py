@@ -45,6 +45,7 @@ from authlib.oauth2.rfc6749 import (
     scope_to_list,
 )
 from authlib.oauth2.rfc6750 import BearerTokenValidator
+from authlib.oauth2.rfc7009 import RevocationEndpoint
 from authlib.oauth2.rfc7636 import CodeChallenge
 from authlib.oauth2.rfc8628 import (
     DEVICE_CODE_GRANT_TYPE,
@@ -361,6 +362,23 @@ class _DeviceEndpoint(DeviceAuthorizationEndpoint):  # type: ignore[misc]
             self.server.idp._devices[data["device_code"]] = item
 
 
+class _Revocation(RevocationEndpoint):  # type: ignore[misc]
+    """RFC 7009: a client revokes its own tokens (a public client by its id alone)."""
+
+    CLIENT_AUTH_METHODS = [*_SECRET_AUTH, *_PUBLIC_AUTH]
+
+    def query_token(self, token_string: str, token_type_hint: str | None) -> _Token | None:
+        idp: TestIdP = self.server.idp
+        with idp._lock:
+            return idp._refresh.get(token_string) or idp._tokens.get(token_string)
+
+    def revoke_token(self, token: _Token, request: Any) -> None:
+        idp: TestIdP = self.server.idp
+        with idp._lock:  # the pair goes: its access token and its refresh token
+            idp._tokens.pop(token.access_token, None)
+            idp._refresh.pop(token.refresh_token or "", None)
+
+
 class _UserInfoEndpoint(UserInfoEndpoint):  # type: ignore[misc]
     def __init__(self, idp: TestIdP, protector: ResourceProtector) -> None:
         super().__init__(resource_protector=protector)
@@ -642,6 +660,7 @@ class TestIdP:
             "authorization_endpoint": f"{base}/authorize",
             "token_endpoint": f"{base}/token",
             "userinfo_endpoint": f"{base}/userinfo",
+            "revocation_endpoint": f"{base}/revoke",
             "jwks_uri": f"{base}/jwks",
             "response_types_supported": ["code"],
             "grant_types_supported": [*_GRANT_TYPES, DEVICE_CODE_GRANT_TYPE],
@@ -715,6 +734,7 @@ class TestIdP:
         server.register_grant(_RefreshTokenGrant, [_OpenIDToken(self)])
         server.register_grant(_DeviceCodeGrant, [_OpenIDToken(self)])
         server.register_endpoint(_DeviceEndpoint(server))
+        server.register_endpoint(_Revocation)
         protector = ResourceProtector()
         protector.register_token_validator(_BearerTokens(self))
         server.register_endpoint(_UserInfoEndpoint(self, protector))
@@ -730,6 +750,7 @@ class TestIdP:
             ("/token", ["POST"], server.create_token_response),
             ("/device", ["POST"], lambda: server.create_endpoint_response("device_authorization")),
             ("/device/verify", ["GET", "POST"], self._device_verify),
+            ("/revoke", ["POST"], lambda: server.create_endpoint_response("revocation")),
             ("/userinfo", ["GET", "POST"], lambda: server.create_endpoint_response("userinfo")),
         ]
         for path, methods, view in routes:

@@ -22,17 +22,21 @@ def logout(output: OutputOpt = Output.table) -> None:
             "not signed in through an identity provider (a pasted API key stays in the "
             "profile: revoke it with `jobgate keys revoke NAME`)",
         )
+    from jobgate.sso import revoke_refresh_token
+
     revoked = True
     try:
         client().delete(f"/v1/keys/{segment(profile.sso.key_name)}")
     except ApiError:
         revoked = False  # expired, or already revoked: forgetting it is what matters
+    at_provider = revoke_refresh_token(profile.sso)
     Profile(profile.url, "", profile.proxy_url, None).save()
     if output == Output.json:
-        print_json({"signed_out": True, "key_revoked": revoked})
+        print_json({"signed_out": True, "key_revoked": revoked, "refresh_revoked": at_provider})
         return
     err.print(
         f"signed out of {profile.sso.provider}"
-        + (f"; key {profile.sso.key_name} revoked" if revoked else ""),
+        + (f"; key {profile.sso.key_name} revoked" if revoked else "")
+        + ("; refresh token revoked at the provider" if at_provider else ""),
         markup=False,
     )

@@ -223,11 +223,19 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     rc, said = await cli.run("sessions", "ls")
     assert rc == 0, said
 
-    # logout revokes the key it made and forgets the provider's tokens
-    key = cli.profile()["api_key"]
+    # logout revokes the key it made, and the refresh token at the provider (RFC 7009)
+    key, refresh = cli.profile()["api_key"], cli.profile()["sso"]["refresh_token"]
     rc, said = await cli.run("logout")
     assert rc == 0, said
     assert "signed out of corp" in said
+    assert "refresh token revoked at the provider" in said
+    async with httpx.AsyncClient(timeout=30) as anyone:
+        stale = await anyone.post(
+            f"{idp.issuer}/token",
+            data={"grant_type": "refresh_token", "refresh_token": refresh, "client_id": CLI},
+        )
+    assert stale.status_code == 400
+    assert stale.json()["error"] == "invalid_grant"
     assert "sso" not in cli.profile()
     assert not cli.profile()["api_key"]
     async with stack.client(key) as api:
