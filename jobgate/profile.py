@@ -13,15 +13,19 @@ trade it, and the name and expiry of the short-lived key it made (``jobgate/sso.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 import tomli_w
 
-__all__ = ["Profile", "SignOn", "profile_path"]
+__all__ = ["Profile", "SignOn", "profile_lock", "profile_path"]
 
 
 def profile_path() -> Path:
@@ -77,8 +81,6 @@ class Profile:
     def save(self, path: Path | None = None) -> Path:
         path = path or profile_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.touch(mode=0o600)
         data: dict[str, object] = {
             "url": self.url,
             "api_key": self.api_key,
@@ -86,7 +88,28 @@ class Profile:
         }
         if self.sso is not None:
             data["sso"] = {name: getattr(self.sso, name) for name in SignOn.__slots__}
-        tmp.write_text(tomli_w.dumps(data))
-        tmp.chmod(0o600)
-        tmp.replace(path)
+        # a file of its own beside it (mode 0600 from the start), renamed over it: two
+        # commands saving at once each replace the profile whole
+        fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(tomli_w.dumps(data))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         return path
+
+
+@contextlib.contextmanager
+def profile_lock() -> Iterator[None]:
+    """Held while a command renews the profile's key (``jobgate/sso.py``): an advisory
+    lock on a file beside the profile."""
+    path = profile_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing it releases the lock

@@ -31,7 +31,7 @@ import httpx
 
 from jobgate.client import tls_for
 from jobgate.errors import ApiError
-from jobgate.profile import Profile, SignOn
+from jobgate.profile import Profile, SignOn, profile_lock
 
 __all__ = [
     "DEVICE_GRANT",
@@ -267,24 +267,51 @@ def _expiring(sso: SignOn) -> bool:
     return expires - RENEW_BEFORE <= datetime.now(UTC)
 
 
+#: what a provider says when the refresh token itself is no good (RFC 6749 §5.2): the
+#: sign-in is over; anything else (an outage, a 5xx, a 429) leaves it for the next try
+REFUSED = frozenset({"invalid_grant", "unauthorized_client", "invalid_client"})
+
+
 def renewed(profile: Profile, save: Callable[[Profile], object] = Profile.save) -> Profile:
     """*profile*, its key renewed first when a ``jobgate login`` made it and it is about
-    to expire. A provider that refuses the refresh token ends the sign-in."""
-    sso = profile.sso
-    if sso is None or not _expiring(sso):
+    to expire. A provider that refuses the refresh token ends the sign-in.
+
+    Commands started together renew once: the first holds a lock on the profile while it
+    renews, the others then read the key it saved (a provider that rotates refresh tokens
+    takes a second use of one as theft, and revokes them all)."""
+    if profile.sso is None or not _expiring(profile.sso):
         return profile
+    with profile_lock():
+        current = Profile.load()  # as another command may have left it
+        if current.sso is None or current.url != profile.url:
+            raise ApiError(401, "Unauthenticated", "signed out meanwhile; run `jobgate login`")
+        if not _expiring(current.sso):
+            return current
+        return _renew(current, current.sso, save)
+
+
+def _renew(profile: Profile, sso: SignOn, save: Callable[[Profile], object]) -> Profile:
     if not sso.refresh_token:
         raise ApiError(401, "Unauthenticated", "the sign-in expired; run `jobgate login` again")
     body = _token_request("refresh_token", refresh_token=sso.refresh_token, client_id=sso.client_id)
     with _http(sso.token_endpoint) as http:
         answer = _json(http, "POST", sso.token_endpoint, content=body, headers=FORM)
     if answer.status_code != 200:
-        forgotten = Profile(profile.url, "", profile.proxy_url, None)
-        save(forgotten)  # a refresh token the provider refused is worth nothing now
         error = _provider_error(answer, "to renew the sign-in")
-        raise ApiError(401, "Unauthenticated", f"{error.detail}; run `jobgate login` again")
+        if answer.status_code in (400, 401) and _error_code(answer) in REFUSED:
+            save(Profile(profile.url, "", profile.proxy_url, None))  # worth nothing now
+            raise ApiError(401, "Unauthenticated", f"{error.detail}; run `jobgate login` again")
+        raise ApiError(0, "Unreachable", f"{error.detail}; the sign-in is kept: try again")
     tokens = answer.json()
-    done = _exchange(profile, sso.provider, str(tokens.get("id_token", "")))
+    id_token = tokens.get("id_token")
+    if not isinstance(id_token, str) or not id_token:
+        raise ApiError(
+            401,
+            "Unauthenticated",
+            "the provider renewed without an ID token (is 'openid' "
+            "among the provider's scopes?); run `jobgate login` again",
+        )
+    done = _exchange(profile, sso.provider, id_token)
     fresh = SignOn(
         sso.provider,
         sso.token_endpoint,

@@ -55,6 +55,8 @@ class Signed:
 
     principal: Principal
     csrf: str
+    #: a single sign-on made the key: signing out revokes it
+    sso: bool = False
 
 
 def _digest(cookie: str) -> str:
@@ -62,15 +64,22 @@ def _digest(cookie: str) -> str:
 
 
 async def sign_in(
-    redis: Redis, db: AsyncSession, keys: KeyCache, key: str, ttl_s: int
+    redis: Redis,
+    db: AsyncSession,
+    keys: KeyCache,
+    key: str,
+    ttl_s: int,
+    *,
+    sso: bool = False,
 ) -> tuple[str, Signed]:
-    """Check *key* as the API would; return the new cookie value and the sign-in."""
+    """Check *key* as the API would; return the new cookie value and the sign-in.
+    *sso*: a single sign-on made *key* for this sign-in alone (sign-out revokes it)."""
     who = await authenticate(db, key.strip(), keys)
     cookie = secrets.token_urlsafe(32)
     csrf = secrets.token_urlsafe(32)
-    record = json.dumps({"key_hash": hash_key(key.strip()), "csrf": csrf})
+    record = json.dumps({"key_hash": hash_key(key.strip()), "csrf": csrf, "sso": sso})
     await redis.set(console_session_key(_digest(cookie)), record, ex=ttl_s)
-    return cookie, Signed(who, csrf)
+    return cookie, Signed(who, csrf, sso)
 
 
 def set_cookie(response: Response, cookie: str, ttl_s: int, *, https: bool) -> None:
@@ -98,7 +107,7 @@ async def signed(redis: Redis, db: SessionFactory, keys: KeyCache, cookie: str) 
     record = json.loads(raw)
     async with db() as session:
         who = await authenticate_digest(session, str(record["key_hash"]), keys)
-    return Signed(who, str(record["csrf"]))
+    return Signed(who, str(record["csrf"]), bool(record.get("sso", False)))
 
 
 def same_origin(origin: str | None, host: str | None) -> bool:

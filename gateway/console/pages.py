@@ -38,7 +38,6 @@ from gateway.console.cookies import (
 )
 from gateway.domain.errors import NotFound, Unauthenticated
 from gateway.domain.usage import floor
-from gateway.services.oidc import SSO_KEY_PREFIX
 from gateway.services.usage import By
 from gateway.services.views import get_owned
 
@@ -225,7 +224,7 @@ async def sign_out_submit(request: Request, state: State) -> Response:
                 detail="Sign out from the console's own button.",
             )
         await sign_out(state.pool, cookie)
-        if sign.principal.key_name.startswith(SSO_KEY_PREFIX):  # made by this sign-in
+        if sign.sso:  # a single sign-on made its key for this sign-in alone
             await state.users.api_keys.revoke(sign.principal, None, key_id=sign.principal.key_id)
     response = _to_sign_in()
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")

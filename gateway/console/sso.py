@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import re
 import secrets
 from typing import Any
 
@@ -59,8 +60,9 @@ async def start(provider: str, request: Request, state: State) -> Response:
         )
     except JobgateError as exc:
         return await sign_in_error(request, state, exc.status, exc.detail)
-    browser = secrets.token_urlsafe(32)
-    pending["browser"] = _digest(browser)
+    # one browser, one binding: a second tab's sign-in keeps the first one's working
+    browser = request.cookies.get(FLOW_COOKIE) or secrets.token_urlsafe(32)
+    pending["browser"] = _digest(browser[:128])
     await state.pool.set(
         console_sso_key(_digest(pending.pop("state"))), json.dumps(pending), ex=FLOW_S
     )
@@ -86,9 +88,9 @@ async def callback(provider: str, request: Request, state: State) -> Response:
     from gateway.console.pages import HEADERS, sign_in_error
 
     query = request.query_params
-    if "error" in query:
-        said = query.get("error_description") or query["error"]
-        return await sign_in_error(request, state, 401, f"The provider said: {said[:200]}")
+    if "error" in query:  # its code only: a crafted link must not put words on our page
+        code = re.sub(r"[^a-z_]", "", query["error"].lower())[:64] or "error"
+        return await sign_in_error(request, state, 401, f"The provider refused: {code}.")
     pending = await _take(request, state, provider)
     if pending is None:
         return await sign_in_error(
@@ -100,7 +102,7 @@ async def callback(provider: str, request: Request, state: State) -> Response:
         )
         async with state.db() as db:
             cookie, sign = await sign_in(
-                state.pool, db, state.keys, done.key, state.settings.console_session_s
+                state.pool, db, state.keys, done.key, state.settings.console_session_s, sso=True
             )
     except JobgateError as exc:
         return await sign_in_error(request, state, exc.status, exc.detail)

@@ -6,7 +6,7 @@
              ─▶ kid in the provider's JWKS?    (no: the caller fetches it again once) "key"
              ─▶ signature (joserfc)                                       check "signature"
              ─▶ iss == the provider's issuer                               check "issuer"
-             ─▶ aud holds our client id (azp too when aud names several)   check "audience"
+             ─▶ aud holds our client id (and azp, when present, is ours)   check "audience"
              ─▶ exp, nbf, iat within LEEWAY                   check "expiry" / "not-before"
              ─▶ nonce == the one the sign-in sent (console)                check "nonce"
              ─▶ claims
@@ -22,6 +22,7 @@ A binding rule maps a claim's value to a project and a role (Nomad's binding rul
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ ALGORITHMS: Final = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
 LEEWAY_S: Final = 60  # clock skew allowed on exp, nbf and iat
+MAX_SUBJECT: Final = 255  # as oidc_identities.subject holds (OIDC Core: at most 255 ASCII)
 _ASYMMETRIC: Final = frozenset({"RSA", "EC", "OKP"})
 
 
@@ -148,18 +150,23 @@ def _check_claims(
         raise TokenRejected("audience", f"the token is not meant for this client ({audience})")
     if len(auds) > 1 and claims.get("azp") != audience:
         raise TokenRejected("audience", "the token names several audiences and another party")
+    if "azp" in claims and claims["azp"] != audience:
+        raise TokenRejected("audience", "the token was issued to another party (azp)")
     exp = claims.get("exp")
-    if not isinstance(exp, int | float):
+    if not isinstance(exp, int | float) or not math.isfinite(exp):
         raise TokenRejected("expiry", "the token has no expiry")
     if exp + LEEWAY_S < now:
         raise TokenRejected("expiry", "the token has expired")
     nbf = claims.get("nbf")
     iat = claims.get("iat")
     for name, value in (("nbf", nbf), ("iat", iat)):
+        if isinstance(value, int | float) and not math.isfinite(value):
+            raise TokenRejected("not-before", f"the token's {name} is not a time")
         if isinstance(value, int | float) and value - LEEWAY_S > now:
             raise TokenRejected("not-before", f"the token's {name} is in the future")
-    if not isinstance(claims.get("sub"), str) or not claims["sub"]:
-        raise TokenRejected("subject", "the token names no subject")
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub or len(sub) > MAX_SUBJECT:
+        raise TokenRejected("subject", f"the token names no subject (1-{MAX_SUBJECT} characters)")
     if nonce is not None and claims.get("nonce") != nonce:
         raise TokenRejected("nonce", "the token's nonce is not the one this sign-in sent")
 

@@ -40,6 +40,7 @@ from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from joserfc.jwk import KeySet
 from redis.asyncio import Redis
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.keys import sso_used_key
@@ -60,6 +61,7 @@ from gateway.domain.errors import Conflict, Invalid, NotFound, Unauthenticated
 from gateway.domain.sealing import (
     MasterKey,
     Sealed,
+    SealingError,
     associated_data,
     open_value,
     rewrap,
@@ -198,6 +200,8 @@ class OidcService:
                 row = OidcProvider(name=name, issuer=issuer, client_id=spec.client_id)
                 db.add(row)
                 await db.flush()
+            if row.issuer != issuer:  # a subject is unique per issuer only: the links go
+                await db.execute(delete(OidcIdentity).where(OidcIdentity.provider_id == row.id))
             row.issuer, row.client_id = issuer, spec.client_id
             row.cli_client_id, row.display_name = spec.cli_client_id, spec.display_name
             row.scopes, row.username_claim = spec.scopes, spec.username_claim
@@ -227,7 +231,13 @@ class OidcService:
         if self.master is None:
             raise Unauthenticated("the provider's client secret cannot be opened: no secrets key")
         sealed = Sealed(row.secret_ciphertext, row.secret_wrapped_key, row.secret_key_id or "")
-        return open_value(self.master, _secret_aad(row.id, row.name), sealed).decode()
+        try:
+            return open_value(self.master, _secret_aad(row.id, row.name), sealed).decode()
+        except SealingError:
+            raise Conflict(
+                f"provider {row.name!r}'s client secret does not open with the secrets key "
+                "(was the key changed without `jobgate admin secrets rekey`?)"
+            ) from None
 
     async def providers(self) -> list[OidcProvider]:
         async with self.db() as db:
@@ -319,7 +329,10 @@ class OidcService:
     async def _spend(self, id_token: str, claims: dict[str, Any]) -> None:
         """Each ID token signs in once (until it expires, Redis remembers its hash)."""
         ttl = max(1, int(float(claims["exp"]) + oidc.LEEWAY_S - time.time()))
-        digest = hashlib.sha256(id_token.strip().encode()).hexdigest()
+        # the signed part only: an ECDSA signature has a second valid form (s, n - s), so
+        # the whole token would let one sign-in happen twice
+        signed = id_token.strip().rpartition(".")[0]
+        digest = hashlib.sha256(signed.encode()).hexdigest()
         if not await self.redis.set(sso_used_key(digest), b"1", nx=True, ex=ttl):
             raise oidc.TokenRejected("replay", "this ID token was already used to sign in")
 
@@ -349,6 +362,14 @@ class OidcService:
         raise AssertionError("unreachable")
 
     async def _sign_in(self, prov: OidcProvider, claims: dict[str, Any], ttl_s: int) -> SignedIn:
+        try:
+            return await self._sign_in_once(prov, claims, ttl_s)
+        except IntegrityError:  # a first sign-in raced another (same subject, or name)
+            return await self._sign_in_once(prov, claims, ttl_s)
+
+    async def _sign_in_once(
+        self, prov: OidcProvider, claims: dict[str, Any], ttl_s: int
+    ) -> SignedIn:
         now = utcnow()
         via = f"oidc:{prov.name}"
         async with self.db() as db, db.begin():
@@ -404,7 +425,7 @@ class OidcService:
         state, nonce = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         verifier = secrets.token_urlsafe(48)
         url = prepare_grant_uri(
-            meta["authorization_endpoint"],
+            _endpoint(meta, "authorization_endpoint"),
             prov.client_id,
             "code",
             redirect_uri=redirect_uri,
@@ -436,7 +457,7 @@ class OidcService:
             client_id=prov.client_id,
             **({"client_secret": secret} if secret else {}),
         )
-        token = await self._post_form(str(meta["token_endpoint"]), body)
+        token = await self._post_form(_endpoint(meta, "token_endpoint"), body)
         id_token = token.get("id_token")
         if not isinstance(id_token, str):
             raise Unauthenticated("the provider sent no ID token", check="format")
@@ -499,15 +520,22 @@ class OidcService:
         return meta
 
     async def _keys(self, issuer: str, *, refresh: bool) -> KeySet:
+        """The provider's keys: those held, or (*refresh*: a token named a kid we lack)
+        fetched again - at most once per JWKS_MIN_INTERVAL_S, never waiting for it: a
+        flood of made-up kids gets the held keys (and its refusal) at once, and ordinary
+        sign-ins never queue behind it."""
         meta = await self._metadata(issuer)
         known = self._issuers[issuer]
+        if known.keys is not None and (
+            not refresh or time.monotonic() - known.keys_fetched < JWKS_MIN_INTERVAL_S
+        ):
+            return known.keys
         async with known.lock:
-            if known.keys is not None and not refresh:
-                return known.keys
-            wait = known.keys_fetched + JWKS_MIN_INTERVAL_S - time.monotonic()
-            if wait > 0:  # bounded: an unknown kid can't make us hammer the provider
-                await asyncio.sleep(wait)
-            known.keys = oidc.key_set(await self._fetch(str(meta["jwks_uri"])))
+            if known.keys is not None and time.monotonic() - known.keys_fetched < (
+                JWKS_MIN_INTERVAL_S if refresh else float("inf")
+            ):
+                return known.keys  # fetched meanwhile by the one that held the lock
+            known.keys = oidc.key_set(await self._fetch(_endpoint(meta, "jwks_uri")))
             known.keys_fetched = time.monotonic()
             return known.keys
 
@@ -535,6 +563,18 @@ def _key_stem(provider: str) -> str:
 def _like_exactly(text: str) -> str:
     """*text* as a LIKE pattern that matches only itself (escape character \\)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _endpoint(meta: dict[str, Any], name: str) -> str:
+    """An endpoint the provider's discovery document must name."""
+    url = meta.get(name)
+    if not isinstance(url, str) or not url:
+        raise Unauthenticated(
+            f"the provider's discovery document names no {name}",
+            check="provider",
+            type="urn:jobgate:auth:token-rejected",
+        )
+    return url
 
 
 def _validate_any(

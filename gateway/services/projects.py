@@ -53,8 +53,11 @@ class ProjectService:
                 ).scalar_one_or_none()
                 if user is None:  # the project (the resource) exists: the body is what is wrong
                     raise NotFound(f"no user {user_name!r}", field="user")
-                if await db.get(ProjectMember, (project.id, user.id)) is None:
+                member = await db.get(ProjectMember, (project.id, user.id))
+                if member is None:
                     db.add(ProjectMember(project_id=project.id, user_id=user.id))
+                else:  # a binding rule's until now: the admin's from now on (it stays)
+                    member.via = None
             return project, await _members(db, project.id)
 
     async def remove_member(self, name: str, user_name: str) -> Members:

@@ -3,8 +3,8 @@ tokens (a pasted key is left alone)."""
 
 from __future__ import annotations
 
-from jobgate.client import segment
-from jobgate.commands.common import OutputOpt, client
+from jobgate.client import Client, segment
+from jobgate.commands.common import OutputOpt
 from jobgate.errors import ApiError
 from jobgate.profile import Profile
 from jobgate.render import Output, err, print_json
@@ -25,10 +25,13 @@ def logout(output: OutputOpt = Output.table) -> None:
     from jobgate.sso import revoke_refresh_token
 
     revoked = True
+    api = Client(profile)  # as it is: a key about to expire is not renewed just to go
     try:
-        client().delete(f"/v1/keys/{segment(profile.sso.key_name)}")
+        api.delete(f"/v1/keys/{segment(profile.sso.key_name)}")
     except ApiError:
         revoked = False  # expired, or already revoked: forgetting it is what matters
+    finally:
+        api.close()
     at_provider = revoke_refresh_token(profile.sso)
     Profile(profile.url, "", profile.proxy_url, None).save()
     if output == Output.json:

@@ -106,12 +106,21 @@ async def test_forged_and_broken_tokens_are_refused_naming_the_check(
     again = await exchange(stack, idp.sign(claims(idp, sub="b-42", preferred_username="Bob")))
     assert (again.json()["user"], again.json()["created"]) == ("bob-2", False)
 
+    # a subject is unique per issuer only: changing the issuer forgets the links
+    async with stack.client() as api:
+        for issuer in ("https://idp.other.example", idp.issuer):
+            body = {"issuer": issuer, "client_id": CONSOLE, "cli_client_id": CLI}
+            r = await api.put("/v1/auth/providers/corp", json=body)
+            assert r.status_code == 200, r.text
+    fresh = await exchange(stack, idp.sign(claims(idp, sub="b-42", preferred_username="Bob")))
+    assert (fresh.json()["user"], fresh.json()["created"]) == ("bob-3", True)
+
     async with stack.client() as api:
         rows = (await api.get("/v1/audit", params={"action": "auth-token"})).json()["items"]
     refused = [r for r in rows if r["status"] == 401]
     assert len(refused) == len(forged) + 2  # and the unknown provider, and the replay
     signed_in = [r for r in rows if r["status"] == 200]
-    assert {r["user"] for r in signed_in} == {"bob-2"}
+    assert {r["user"] for r in signed_in} == {"bob-2", "bob-3"}
     assert all("oidc corp" in r["credential"] for r in signed_in)
     assert not any(made["key"] in json.dumps(r) for r in rows)
 
@@ -217,16 +226,29 @@ async def test_cli_login_bindings_groups_rotation_logout_and_disable(
     assert "alice" in projects["vision"]
     assert "alice" not in projects["ml"]
 
+    # an admin adds her to vision by hand: leaving cv-team no longer takes it away
+    async with stack.client() as api:
+        r = await api.post("/v1/projects/vision/members", json={"user": "alice"})
+        assert r.status_code == 200, r.text
+    idp.set_user("alice", email="alice@example.org", groups=["platform-admins"])
+
     # the provider rotates its signing key: the gateway fetches the new JWKS by itself
     idp.rotate_keys()
     cli.expire_key()
     rc, said = await cli.run("sessions", "ls")
     assert rc == 0, said
+    async with stack.client() as api:
+        projects = {p["name"]: p["members"] for p in (await api.get("/v1/projects")).json()}
+    assert "alice" in projects["vision"]
 
     # logout revokes the key it made, and the refresh token at the provider (RFC 7009)
+    # (its key about to expire: logout revokes it rather than renewing it first)
     key, refresh = cli.profile()["api_key"], cli.profile()["sso"]["refresh_token"]
+    cli.expire_key()
     rc, said = await cli.run("logout")
     assert rc == 0, said
+    async with stack.client() as api:
+        assert (await api.get("/v1/keys", params={"user": "alice"})).json() == []
     assert "signed out of corp" in said
     assert "refresh token revoked at the provider" in said
     async with httpx.AsyncClient(timeout=30) as anyone:
@@ -373,7 +395,8 @@ async def test_console_code_flow_with_pkce_state_and_browser_binding(
             assert foreign.status_code == 401
             assert "jobgate_console" not in stranger.cookies
 
-        done = await browser.get(back)
+        await browser.get("/sign-in/oidc/corp")  # a second tab starts one too
+        done = await browser.get(back)  # the first still finishes
         assert done.status_code == 200, done.text
         assert "Signed in as carol" in done.text
         assert "SameSite=strict" in done.headers["set-cookie"]

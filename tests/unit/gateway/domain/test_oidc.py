@@ -50,6 +50,9 @@ def test_rsa_and_ec_tokens_pass_and_give_their_claims() -> None:
         ({"nbf": oidc.LEEWAY_S + 60}, "not-before"),
         ({"iat": oidc.LEEWAY_S + 60}, "not-before"),
         ({"sub": ""}, "subject"),
+        ({"sub": "s" * 256}, "subject"),
+        ({"azp": "other"}, "audience"),  # one audience, but issued to another party
+        ({"exp": float("nan")}, "expiry"),
     ],
 )
 def test_each_claim_check_names_itself(over: dict[str, Any], failed: str) -> None:
