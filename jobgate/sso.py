@@ -21,11 +21,12 @@ Tokens are never printed and never put in an error message.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -323,7 +324,19 @@ def _renew(profile: Profile, sso: SignOn, save: Callable[[Profile], object]) -> 
     )
     updated = Profile(profile.url, str(done["key"]), profile.proxy_url, fresh)
     save(updated)
+    _revoke_key(updated, sso.key_name)  # the key it replaces stops now, not in 15 minutes
     return updated
+
+
+def _revoke_key(profile: Profile, name: str) -> None:
+    """Revoke the sign-in's previous key with the new one (best effort: it expires soon
+    anyway, and a gateway that does not answer must not fail the command)."""
+    client = httpx.Client(base_url=profile.url, timeout=10.0, verify=tls_for(profile.url))
+    with client as http, contextlib.suppress(httpx.HTTPError):
+        http.delete(
+            f"/v1/keys/{quote(name, safe='')}",
+            headers={"Authorization": f"Bearer {profile.api_key}"},
+        )
 
 
 def revoke_refresh_token(sso: SignOn) -> bool:

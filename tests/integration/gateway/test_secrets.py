@@ -25,6 +25,7 @@ from waiting import until
 from contract.keys import ENDPOINT_WAKE_CHANNEL, endpoint_wake_key
 from gateway.auth import KeyCache
 from gateway.db.models import OidcProvider
+from gateway.domain.errors import Conflict
 from gateway.domain.sealing import (
     MasterKey,
     Sealed,
@@ -322,8 +323,8 @@ async def test_rekey_wraps_every_secret_under_a_new_key(sstack: Stack, tmp_path:
     (corp,) = providers
     assert corp.secret_key_id == new.key_id
     assert _oidc(new)._secret(corp) == OTHER  # what the console's code flow sends
-    with pytest.raises(SealingError):
-        _oidc(old)._secret(corp)
+    with pytest.raises(Conflict, match="does not open with the secrets key"):
+        _oidc(old)._secret(corp)  # a 409 naming the provider, not a 500
     # a wrong current key changes nothing
     wrong = env | {"JOBGATE_SECRETS_KEY": MasterKey.generate().to_base64()}
     other = tmp_path / "other.key"
