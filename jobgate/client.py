@@ -57,7 +57,7 @@ def _raise_for(response: httpx.Response) -> None:
         response.status_code,
         str(body.get("title", response.reason_phrase)),
         str(body.get("detail", response.text[:200] or response.reason_phrase)),
-        body.get("field"),
+        body.get("field") or body.get("check"),  # a refused sign-in names its check
     )
 
 

@@ -26,25 +26,30 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import httpx
 
-from jobgate.client import tls_for
+from jobgate.client import Client, segment, tls_for
 from jobgate.errors import ApiError
 from jobgate.profile import Profile, SignOn, profile_lock
 
 __all__ = [
     "DEVICE_GRANT",
+    "FORM",
     "DeviceCode",
     "Grant",
     "choose",
     "discover",
     "login",
+    "provider_client",
+    "provider_error",
+    "provider_request",
     "renewed",
     "revoke_refresh_token",
     "scopes_for",
     "start_device",
+    "token_request",
     "wait_for_tokens",
 ]
 
@@ -74,18 +79,18 @@ class DeviceCode:
         self.revocation_endpoint = revocation_endpoint
 
 
-def _token_request(grant_type: str, **params: str) -> str:
+def token_request(grant_type: str, **params: str) -> str:
     from authlib.oauth2.rfc6749.parameters import prepare_token_request
 
     body: str = prepare_token_request(grant_type, **params)
     return body
 
 
-def _http(url: str) -> httpx.Client:
+def provider_client(url: str) -> httpx.Client:
     return httpx.Client(timeout=15.0, verify=tls_for(url))
 
 
-def _provider_error(answer: httpx.Response, what: str) -> ApiError:
+def provider_error(answer: httpx.Response, what: str) -> ApiError:
     try:
         body = answer.json()
     except ValueError:
@@ -99,7 +104,7 @@ def _provider_error(answer: httpx.Response, what: str) -> ApiError:
     )
 
 
-def _json(http: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.Response:
+def provider_request(http: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.Response:
     try:
         return http.request(method, url, **kwargs)
     except httpx.TransportError as exc:
@@ -131,8 +136,8 @@ def choose(providers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
 def discover(provider: dict[str, Any]) -> dict[str, Any]:
     """*provider*'s OpenID discovery document."""
     issuer = str(provider["issuer"]).rstrip("/")
-    with _http(issuer) as http:
-        found = _json(http, "GET", issuer + "/.well-known/openid-configuration")
+    with provider_client(issuer) as http:
+        found = provider_request(http, "GET", issuer + "/.well-known/openid-configuration")
     if found.status_code != 200:
         raise ApiError(0, "Unreachable", f"{issuer} has no OpenID discovery document")
     meta: dict[str, Any] = found.json()
@@ -160,8 +165,8 @@ def start_device(provider: dict[str, Any], meta: dict[str, Any] | None = None) -
             "use `jobgate login --browser`",
         )
     client_id = str(provider["cli_client_id"])
-    with _http(str(endpoint)) as http:
-        answer = _json(
+    with provider_client(str(endpoint)) as http:
+        answer = provider_request(
             http,
             "POST",
             str(endpoint),
@@ -169,7 +174,7 @@ def start_device(provider: dict[str, Any], meta: dict[str, Any] | None = None) -
             headers={"Accept": "application/json"},
         )
     if answer.status_code != 200:
-        raise _provider_error(answer, "the device sign-in")
+        raise provider_error(answer, "the device sign-in")
     revocation = str(meta.get("revocation_endpoint") or "")
     return DeviceCode(answer.json(), str(meta["token_endpoint"]), client_id, revocation)
 
@@ -179,11 +184,13 @@ def wait_for_tokens(
 ) -> dict[str, Any]:
     """Poll until the user approved (the tokens), refused or let the code expire."""
     interval = max(device.interval, 1.0)
-    body = _token_request(DEVICE_GRANT, device_code=device.device_code, client_id=device.client_id)
-    with _http(device.token_endpoint) as http:
+    body = token_request(DEVICE_GRANT, device_code=device.device_code, client_id=device.client_id)
+    with provider_client(device.token_endpoint) as http:
         while time.monotonic() < device.expires_at:
             sleep(interval)
-            answer = _json(http, "POST", device.token_endpoint, content=body, headers=FORM)
+            answer = provider_request(
+                http, "POST", device.token_endpoint, content=body, headers=FORM
+            )
             if answer.status_code == 200:
                 tokens: dict[str, Any] = answer.json()
                 return tokens
@@ -195,7 +202,7 @@ def wait_for_tokens(
                 continue
             if error == "access_denied":
                 raise ApiError(401, "Unauthenticated", "the sign-in was refused at the provider")
-            raise _provider_error(answer, "the device sign-in")
+            raise provider_error(answer, "the device sign-in")
     raise ApiError(
         401, "Unauthenticated", "the code expired before it was entered; run `jobgate login` again"
     )
@@ -210,22 +217,14 @@ def _error_code(answer: httpx.Response) -> str:
 
 
 def _exchange(profile: Profile, provider: str, id_token: str) -> dict[str, Any]:
-    with httpx.Client(base_url=profile.url, timeout=30.0, verify=tls_for(profile.url)) as http:
-        try:
-            answer = http.post("/v1/auth/token", json={"provider": provider, "id_token": id_token})
-        except httpx.TransportError as exc:
-            raise ApiError(
-                0, "Unreachable", f"cannot reach the jobgate API at {profile.url} ({exc})"
-            ) from None
-    if answer.status_code != 200:
-        body = answer.json() if answer.headers.get("content-type", "").endswith("json") else {}
-        raise ApiError(
-            answer.status_code,
-            str(body.get("title", "Refused")),
-            str(body.get("detail", answer.reason_phrase)),
-            body.get("check"),
+    """``POST /v1/auth/token``: the ID token is the credential (no key is sent)."""
+    api = Client(Profile(profile.url, "", profile.proxy_url))
+    try:
+        done: dict[str, Any] = api.post(
+            "/v1/auth/token", json={"provider": provider, "id_token": id_token}
         )
-    done: dict[str, Any] = answer.json()
+    finally:
+        api.close()
     return done
 
 
@@ -294,11 +293,11 @@ def renewed(profile: Profile, save: Callable[[Profile], object] = Profile.save) 
 def _renew(profile: Profile, sso: SignOn, save: Callable[[Profile], object]) -> Profile:
     if not sso.refresh_token:
         raise ApiError(401, "Unauthenticated", "the sign-in expired; run `jobgate login` again")
-    body = _token_request("refresh_token", refresh_token=sso.refresh_token, client_id=sso.client_id)
-    with _http(sso.token_endpoint) as http:
-        answer = _json(http, "POST", sso.token_endpoint, content=body, headers=FORM)
+    body = token_request("refresh_token", refresh_token=sso.refresh_token, client_id=sso.client_id)
+    with provider_client(sso.token_endpoint) as http:
+        answer = provider_request(http, "POST", sso.token_endpoint, content=body, headers=FORM)
     if answer.status_code != 200:
-        error = _provider_error(answer, "to renew the sign-in")
+        error = provider_error(answer, "to renew the sign-in")
         if answer.status_code in (400, 401) and _error_code(answer) in REFUSED:
             save(Profile(profile.url, "", profile.proxy_url, None))  # worth nothing now
             raise ApiError(401, "Unauthenticated", f"{error.detail}; run `jobgate login` again")
@@ -331,12 +330,10 @@ def _renew(profile: Profile, sso: SignOn, save: Callable[[Profile], object]) -> 
 def _revoke_key(profile: Profile, name: str) -> None:
     """Revoke the sign-in's previous key with the new one (best effort: it expires soon
     anyway, and a gateway that does not answer must not fail the command)."""
-    client = httpx.Client(base_url=profile.url, timeout=10.0, verify=tls_for(profile.url))
-    with client as http, contextlib.suppress(httpx.HTTPError):
-        http.delete(
-            f"/v1/keys/{quote(name, safe='')}",
-            headers={"Authorization": f"Bearer {profile.api_key}"},
-        )
+    api = Client(profile, timeout=10.0)
+    with contextlib.suppress(ApiError):
+        api.delete(f"/v1/keys/{segment(name)}")
+    api.close()
 
 
 def revoke_refresh_token(sso: SignOn) -> bool:
@@ -349,7 +346,7 @@ def revoke_refresh_token(sso: SignOn) -> bool:
         {"token": sso.refresh_token, "token_type_hint": "refresh_token", "client_id": sso.client_id}
     )
     try:
-        with _http(sso.revocation_endpoint) as http:
+        with provider_client(sso.revocation_endpoint) as http:
             answer = http.post(sso.revocation_endpoint, content=body, headers=FORM)
     except httpx.HTTPError:
         return False

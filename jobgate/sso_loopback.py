@@ -29,7 +29,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from jobgate.errors import ApiError
-from jobgate.sso import FORM, _http, _json, _provider_error, _token_request, scopes_for
+from jobgate.sso import (
+    FORM,
+    provider_client,
+    provider_error,
+    provider_request,
+    scopes_for,
+    token_request,
+)
 
 __all__ = ["CALLBACK", "WAIT_S", "BrowserSignIn", "start_browser", "wait_for_tokens"]
 
@@ -175,17 +182,17 @@ def wait_for_tokens(sign_in: BrowserSignIn, timeout_s: float = WAIT_S) -> dict[s
     """Wait for the browser's callback, trade its code (with the PKCE verifier) for the
     provider's tokens, and check the ID token carries this sign-in's nonce."""
     code = sign_in.wait(timeout_s)
-    body = _token_request(
+    body = token_request(
         "authorization_code",
         code=code,
         redirect_uri=sign_in.redirect_uri,
         code_verifier=sign_in.verifier,
         client_id=sign_in.client_id,
     )
-    with _http(sign_in.token_endpoint) as http:
-        answer = _json(http, "POST", sign_in.token_endpoint, content=body, headers=FORM)
+    with provider_client(sign_in.token_endpoint) as http:
+        answer = provider_request(http, "POST", sign_in.token_endpoint, content=body, headers=FORM)
     if answer.status_code != 200:
-        raise _provider_error(answer, "the sign-in's code")
+        raise provider_error(answer, "the sign-in's code")
     tokens: dict[str, Any] = answer.json()
     _check_nonce(tokens.get("id_token"), sign_in.nonce)
     return tokens

@@ -32,6 +32,7 @@ from contract.keys import console_sso_key
 from gateway.api import audit
 from gateway.api.deps import State
 from gateway.console.cookies import set_cookie, sign_in
+from gateway.console.pages import HEADERS, sign_in_error
 from gateway.domain.errors import JobgateError
 
 __all__ = ["FLOW_COOKIE", "router"]
@@ -52,8 +53,6 @@ def _callback_url(request: Request, provider: str) -> str:
 
 @router.get("/sign-in/oidc/{provider}", name="console-sso-start")
 async def start(provider: str, request: Request, state: State) -> Response:
-    from gateway.console.pages import HEADERS, sign_in_error
-
     try:
         url, pending = await state.oidc.authorization_url(
             provider[:64], _callback_url(request, provider[:64])
@@ -85,8 +84,6 @@ async def start(provider: str, request: Request, state: State) -> Response:
     operation_id="console-sso-callback",
 )
 async def callback(provider: str, request: Request, state: State) -> Response:
-    from gateway.console.pages import HEADERS, sign_in_error
-
     query = request.query_params
     if "error" in query:  # its code only: a crafted link must not put words on our page
         code = re.sub(r"[^a-z_]", "", query["error"].lower())[:64] or "error"

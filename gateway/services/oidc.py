@@ -39,7 +39,7 @@ from authlib.oauth2.rfc6749.parameters import prepare_grant_uri, prepare_token_r
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from joserfc.jwk import KeySet
 from redis.asyncio import Redis
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -124,6 +124,15 @@ class _Issuer:
     keys: KeySet | None = None
     keys_fetched: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def held(self, refresh: bool) -> KeySet | None:
+        """The keys held, when they will do: always, but for a refresh (a kid we lack)
+        once JWKS_MIN_INTERVAL_S has passed since they were fetched."""
+        if self.keys is None:
+            return None
+        if refresh and time.monotonic() - self.keys_fetched >= JWKS_MIN_INTERVAL_S:
+            return None
+        return self.keys
 
 
 def _secret_aad(provider_id: str, name: str) -> bytes:
@@ -316,15 +325,13 @@ class OidcService:
                 raise NotFound(f"provider {provider!r} has no binding rule named {name!r}")
 
     # ---- signing in -------------------------------------------------------------------
-    async def exchange(
-        self, provider: str, id_token: str, *, nonce: str | None = None, ttl_s: int | None = None
-    ) -> SignedIn:
+    async def exchange(self, provider: str, id_token: str) -> SignedIn:
         """Validate *id_token* from *provider*; the user it names, bound anew, and a
-        fresh API key of theirs that expires in *ttl_s* (the CLI's default otherwise)."""
+        fresh API key of theirs that expires in ``key_ttl_s``."""
         prov = await self._known(provider)
-        claims = await self._validate(prov, id_token, nonce)
+        claims = await self._validate(prov, id_token, None)
         await self._spend(id_token, claims)
-        return await self._sign_in(prov, claims, ttl_s or self.key_ttl_s)
+        return await self._sign_in(prov, claims, self.key_ttl_s)
 
     async def _spend(self, id_token: str, claims: dict[str, Any]) -> None:
         """Each ID token signs in once (until it expires, Redis remembers its hash)."""
@@ -340,10 +347,9 @@ class OidcService:
         async with self.db() as db:
             row = await _provider(db, provider, missing_ok=True)
         if row is None:
-            raise Unauthenticated(
+            raise oidc.TokenRejected(
+                "provider",
                 f"no identity provider named {provider!r}",
-                check="provider",
-                type="urn:jobgate:auth:token-rejected",
             )
         return row
 
@@ -391,10 +397,9 @@ class OidcService:
                 # (a deleted user's identity went with it: the subject starts afresh)
                 db.add(OidcIdentity(provider_id=prov.id, subject=claims["sub"], user_id=user.id))
             elif user.disabled:
-                raise Unauthenticated(
+                raise oidc.TokenRejected(
+                    "user",
                     f"the user {user.name!r} is disabled in jobgate",
-                    check="user",
-                    type="urn:jobgate:auth:token-rejected",
                 )
             else:
                 assert identity is not None
@@ -405,7 +410,8 @@ class OidcService:
             await db.execute(  # this provider's sign-in keys of this user, expired a day ago
                 delete(ApiKey).where(
                     ApiKey.user_id == user.id,
-                    ApiKey.name.like(_like_exactly(stem) + "_" * KEY_SUFFIX, escape="\\"),
+                    ApiKey.name.startswith(stem, autoescape=True),
+                    func.length(ApiKey.name) == len(stem) + KEY_SUFFIX,
                     ApiKey.expires_at < now - timedelta(days=1),
                 )
             )
@@ -460,7 +466,7 @@ class OidcService:
         token = await self._post_form(_endpoint(meta, "token_endpoint"), body)
         id_token = token.get("id_token")
         if not isinstance(id_token, str):
-            raise Unauthenticated("the provider sent no ID token", check="format")
+            raise oidc.TokenRejected("format", "the provider sent no ID token")
         claims = await self._validate(prov, id_token, pending["nonce"])
         await self._spend(id_token, claims)
         return await self._sign_in(prov, claims, ttl_s)
@@ -475,11 +481,10 @@ class OidcService:
         if answer.status_code != 200 or not isinstance(doc, dict):
             said = doc if isinstance(doc, dict) else {}
             error, described = said.get("error", answer.status_code), said.get("error_description")
-            raise Unauthenticated(
+            raise oidc.TokenRejected(
+                "code",
                 f"the provider refused the sign-in: {error}"
                 + (f": {described}" if described else ""),
-                check="code",
-                type="urn:jobgate:auth:token-rejected",
             )
         return doc
 
@@ -491,17 +496,16 @@ class OidcService:
                 answer = await http.request(method, url, **kwargs)
             return answer, answer.json()
         except (httpx.HTTPError, ValueError) as exc:
-            raise Unauthenticated(
+            raise oidc.TokenRejected(
+                "provider",
                 f"the identity provider cannot be reached ({url}): {type(exc).__name__}",
-                check="provider",
-                type="urn:jobgate:auth:token-rejected",
             ) from None
 
     async def _fetch(self, url: str) -> dict[str, Any]:
         answer, doc = await self._call("GET", url)
         if answer.status_code != 200 or not isinstance(doc, dict):
-            raise Unauthenticated(
-                f"{url} answered {answer.status_code}, not a JSON object", check="provider"
+            raise oidc.TokenRejected(
+                "provider", f"{url} answered {answer.status_code}, not a JSON object"
             )
         return doc
 
@@ -511,10 +515,9 @@ class OidcService:
             return known.metadata
         meta = await self._fetch(issuer + "/.well-known/openid-configuration")
         if str(meta.get("issuer", "")).rstrip("/") != issuer:
-            raise Unauthenticated(
+            raise oidc.TokenRejected(
+                "issuer",
                 f"the provider's discovery document names another issuer than {issuer}",
-                check="issuer",
-                type="urn:jobgate:auth:token-rejected",
             )
         self._issuers[issuer] = _Issuer(meta, time.monotonic())
         return meta
@@ -526,15 +529,11 @@ class OidcService:
         sign-ins never queue behind it."""
         meta = await self._metadata(issuer)
         known = self._issuers[issuer]
-        if known.keys is not None and (
-            not refresh or time.monotonic() - known.keys_fetched < JWKS_MIN_INTERVAL_S
-        ):
-            return known.keys
+        if (held := known.held(refresh)) is not None:
+            return held
         async with known.lock:
-            if known.keys is not None and time.monotonic() - known.keys_fetched < (
-                JWKS_MIN_INTERVAL_S if refresh else float("inf")
-            ):
-                return known.keys  # fetched meanwhile by the one that held the lock
+            if (held := known.held(refresh)) is not None:
+                return held  # fetched meanwhile by the one that held the lock
             known.keys = oidc.key_set(await self._fetch(_endpoint(meta, "jwks_uri")))
             known.keys_fetched = time.monotonic()
             return known.keys
@@ -560,19 +559,13 @@ def _key_stem(provider: str) -> str:
     return f"{SSO_KEY_PREFIX}{provider[:40]}-"
 
 
-def _like_exactly(text: str) -> str:
-    """*text* as a LIKE pattern that matches only itself (escape character \\)."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 def _endpoint(meta: dict[str, Any], name: str) -> str:
     """An endpoint the provider's discovery document must name."""
     url = meta.get(name)
     if not isinstance(url, str) or not url:
-        raise Unauthenticated(
+        raise oidc.TokenRejected(
+            "provider",
             f"the provider's discovery document names no {name}",
-            check="provider",
-            type="urn:jobgate:auth:token-rejected",
         )
     return url
 
@@ -611,9 +604,7 @@ async def _free_name(db: AsyncSession, wanted: str) -> str:
     """*wanted*, or *wanted*-2, -3 …: a sign-in never becomes an existing user."""
     taken = set(
         (
-            await db.execute(
-                select(User.name).where(User.name.like(_like_exactly(wanted) + "%", escape="\\"))
-            )
+            await db.execute(select(User.name).where(User.name.startswith(wanted, autoescape=True)))
         ).scalars()
     )
     if wanted not in taken:
