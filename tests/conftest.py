@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import socket
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -62,6 +64,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if layer in parts:
                 item.add_marker(getattr(pytest.mark, layer))
                 break
+
+
+# ---- leaks ----------------------------------------------------------------------------
+# A socket, transport or connection a test leaves open in a reference cycle is freed by
+# the garbage collector whenever it next runs, in some later test, which its warning then
+# fails. JOBGATE_TEST_GC_EACH=1 collects at the end of every test's teardown (its fixture
+# values let go first), so the warning fails the test that leaked; each collection then
+# freezes what survived, which keeps the next one cheap. For hunting leaks, slower;
+# JOBGATE_TEST_TRACEMALLOC=N adds where each object was made (N frames).
+if os.environ.get("JOBGATE_TEST_TRACEMALLOC"):
+    tracemalloc.start(int(os.environ["JOBGATE_TEST_TRACEMALLOC"]))
+
+if os.environ.get("JOBGATE_TEST_GC_EACH") == "1":
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+        try:
+            return (yield)
+        finally:
+            if isinstance(item, pytest.Function):
+                item.funcargs = {}  # as pytest does after teardown, only before collecting
+            gc.collect()
+            gc.freeze()
 
 
 # ---- Redis --------------------------------------------------------------------------

@@ -32,6 +32,10 @@ class Link:
     host_address: str
     relays: list[asyncio.Server] = field(default_factory=list)
     _pipes: set[asyncio.Task[None]] = field(default_factory=set)
+    # every stream a relay opened or accepted, closed (and waited for) by close(): a
+    # stream left to the garbage collector warns in whichever later test it is freed
+    _streams: set[asyncio.StreamWriter] = field(default_factory=set)
+    _closed: bool = False
 
     def enter(self) -> list[str]:
         """The argv prefix that runs a command in the namespace."""
@@ -54,9 +58,15 @@ class Link:
                 writer.close()
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._streams.add(writer)
             try:
                 up_reader, up_writer = await asyncio.open_connection(host, port)
             except OSError:
+                writer.close()
+                return
+            self._streams.add(up_writer)
+            if self._closed:  # the link closed while this connection was being made
+                up_writer.close()
                 writer.close()
                 return
             for task in (
@@ -90,11 +100,18 @@ class Link:
                        check=True, timeout=30)  # fmt: skip
 
     async def close(self) -> None:
+        self._closed = True
         for server in self.relays:
             server.close()
         for task in list(self._pipes):
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
+        # a pipe cancelled before it first ran never reached its own close(), and one that
+        # did may still hold bytes for a peer behind the cut: drop them
+        streams = list(self._streams)
+        for stream in streams:
+            stream.transport.abort()
+        await asyncio.gather(*(s.wait_closed() for s in streams), return_exceptions=True)
         for server in self.relays:
             await server.wait_closed()
 
