@@ -52,6 +52,7 @@ from plugins.scheduling.types import KernelPlacement, SessionRequest
 __all__ = ["Reserved", "Search"]
 
 _TAKEN = Rejection(r.TAKEN)
+_UNASKED = Rejection("unasked")  # compared by identity: no verdict yet
 _UNSCORED = (-1, 0.0)
 _score = itemgetter(3)
 
@@ -85,6 +86,8 @@ class Search:
         self.sticky = pipeline.scan == "sticky"
         self._eligible: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
         self._pools: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
+        #: (static filter position, its key) -> verdict per node order (see eligible)
+        self._verdicts: dict[tuple[int, Hashable], list[Rejection | None]] = {}
         self._by_id: dict[str, NodeView] | None = None
         #: plugins that say a node's verdict or score depends only on that node (and the
         #: shape) let the search reuse them while the node's version stays the same
@@ -94,18 +97,28 @@ class Search:
 
     # -- which nodes to look at ---------------------------------------------------------
     def eligible(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
-        """Nodes the static filters let in for this shape, and why the others were not."""
+        """Nodes the static filters let in for this shape, and why the others were not.
+
+        A static filter's verdict on a node depends only on the node and the filter's
+        own key, so it is kept per (filter, key) and node: another static key that
+        differs in one filter's key asks only that filter again.
+        """
         found = self._eligible.get(shape.static_key)
         if found is None:
             ok: list[NodeView] = []
             rejected: list[Rejection] = []
             ctx, static = self.ctx, self.static
+            known = [self._verdicts_of(j, key) for j, key in enumerate(shape.static_key)]
+            checks = list(zip(static, known, strict=True))
             for node in self.nodes:
-                for f in static:
-                    try:
-                        rejection = f.check(node, shape, ctx)
-                    except Exception as exc:
-                        raise failed("filter", f, exc) from exc
+                k = node.order
+                for f, verdicts in checks:
+                    rejection = verdicts[k]
+                    if rejection is _UNASKED:
+                        try:
+                            rejection = verdicts[k] = f.check(node, shape, ctx)
+                        except Exception as exc:
+                            raise failed("filter", f, exc) from exc
                     if rejection is not None:
                         rejected.append(rejection)
                         break
@@ -113,6 +126,13 @@ class Search:
                     ok.append(node)
             found = self._eligible[shape.static_key] = (ok, rejected)
         return found
+
+    def _verdicts_of(self, j: int, key: Hashable) -> list[Rejection | None]:
+        """Static filter *j*'s verdict per node order for its *key* (``_UNASKED`` yet)."""
+        verdicts = self._verdicts.get((j, key))
+        if verdicts is None:
+            verdicts = self._verdicts[j, key] = [_UNASKED] * len(self.nodes)
+        return verdicts
 
     def offering(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
         """Eligible nodes that offer every slot the shape asks, and the others' rejections."""

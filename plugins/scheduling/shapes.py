@@ -54,6 +54,13 @@ def signature(filters: tuple[Any, ...]) -> Callable[[SessionRequest], Hashable] 
     values: Callable[[SessionRequest], Hashable] = attrgetter(*plain)  # a value or a tuple
     if not mappings and not sequences:
         return values
+    if len(mappings) == 1 and not sequences:  # the built-in filters: constraints
+        mapping = attrgetter(mappings[0])
+
+        def of_one(request: SessionRequest) -> Hashable:
+            return (values(request), tuple(mapping(request).items()))
+
+        return of_one
 
     def of(request: SessionRequest) -> Hashable:
         return (

@@ -195,7 +195,7 @@ class Shape:
     def __init__(
         self,
         key: Hashable,
-        static_key: Hashable,
+        static_key: tuple[Hashable, ...],
         request: SessionRequest,
         slots: SlotTable,
         device_slots: frozenset[int],

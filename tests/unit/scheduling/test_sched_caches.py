@@ -3,6 +3,9 @@
 * ``Search.choose`` keeps each feasible node's weighted score on the shape's sticky walk
   and resumes the walk where the last search left it; the reference here walks from the
   cursor every time (no resumption) and scores every candidate again.
+* ``Search.eligible`` keeps each static filter's verdict per node and filter key, and
+  asks a filter again only for a key it has not seen; the reference asks every filter
+  (up to the first that rejects) once per node and static key.
 * ``Shapes`` finds a session's shape by the request fields the filters' keys read; the
   reference asks every filter for its key, every time.
 
@@ -33,7 +36,7 @@ from plugins.scheduling.config import SchedulerConfig
 from plugins.scheduling.filters import NoSettings
 from plugins.scheduling.pipeline import pipeline_for
 from plugins.scheduling.planner import _Pass, plan
-from plugins.scheduling.reasons import DID_NOT_FIT
+from plugins.scheduling.reasons import DID_NOT_FIT, Rejection
 from plugins.scheduling.search import Search
 from plugins.scheduling.shapes import Shapes, signature
 from plugins.scheduling.state import NodeView, Shape
@@ -43,11 +46,28 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 class FreshSearch(Search):
-    """Every search from the shape's cursor, every candidate scored again."""
+    """Every static verdict asked, every search from the shape's cursor, every candidate
+    scored again."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.resumable = False
+
+    def eligible(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
+        found = self._eligible.get(shape.static_key)
+        if found is None:
+            ok: list[NodeView] = []
+            rejected: list[Rejection] = []
+            for node in self.nodes:
+                rejection = next(
+                    (v for f in self.static if (v := f.check(node, shape, self.ctx))), None
+                )
+                if rejection is None:
+                    ok.append(node)
+                else:
+                    rejected.append(rejection)
+            found = self._eligible[shape.static_key] = (ok, rejected)
+        return found
 
     def choose(self, shape: Shape, exclude: frozenset[str], remember: bool) -> NodeView | None:
         found = self.candidates(shape, exclude, remember)
