@@ -2,7 +2,7 @@
 
 ::
 
-    all nodes (by id) ──static filters, once per pass per key──▶ eligible nodes
+    all nodes (by id) ──static filters, once per node per filter key──▶ eligible nodes
     eligible ──offer every slot asked (once per key and slot set)──▶ the shape's pool
     pool, from the shape's cursor ──dynamic filters──▶ first K feasible nodes
     K feasible ──scorers (weighted sum; ties: lowest id)──▶ the node
