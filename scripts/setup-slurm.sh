@@ -13,12 +13,13 @@
 #   1. installs Debian's slurm-wlm and munge (Slurm 22.05 on Debian 12);
 #   2. makes a bridge (jgslurm0, 10.250.0.1/24: the host's end, slurmctld's address for
 #      the nodes) and, for each of the two nodes, a network namespace with a veth on that
-#      bridge (node1 10.250.0.11, node2 10.250.0.12). Debian builds Slurm without multiple-slurmd support (two
-#      slurmd on one host: "Duplicated NodeHostName"), so each slurmd runs in a network
-#      namespace of its own and a UTS namespace with its node's name as hostname. The host,
-#      slurmctld and both nodes reach each other on the bridge (srun and job steps need
-#      all three ways); a port a job opens in a node is reachable from the host at the
-#      node's address;
+#      bridge (node1 10.250.0.11, node2 10.250.0.12). Each slurmd runs in that network
+#      namespace and a UTS namespace with its node's name as hostname, like a real node:
+#      Debian's Slurm has multiple-slurmd support (scontrol show config: MULTIPLE_SLURMD),
+#      but its nodes share the host's name and address (a job's `hostname` prints the
+#      host's on both, their jobs' ports collide). The host, slurmctld and both nodes
+#      reach each other on the bridge (srun and job steps need all three ways); a port a
+#      job opens in a node is reachable from the host at the node's address;
 #   3. writes slurm.conf, gres.conf (two dummy GPUs per node, gres gpu:tesla:2: device
 #      nodes 195,0 and 195,1 under STATE/dev) and the munge key under the state folder
 #      (STATE: .test-services/slurm); nothing in /etc is touched: clients and daemons
