@@ -179,14 +179,15 @@ class SlurmCli:
     async def version(self) -> str:
         return (await self.run("scontrol", "--version")).out.strip()
 
-    async def scancel(self, job_id: str, *, signal: str | None = None, full: bool = False) -> None:
-        """Cancel (no *signal*), or signal the batch script and its steps (*full*); a job
-        that already ended is not an error."""
+    async def scancel(self, job_id: str, *, signal: str | None = None, batch: bool = False) -> None:
+        """Cancel (no *signal*), or send *signal* to the job's steps, or (*batch*) to its
+        batch script (a batch job without steps gets nothing otherwise, and Slurm 22.05's
+        ``--full`` does not reach the script either); a job that ended is not an error."""
         args = []
         if signal:
             args.append(f"--signal={signal}")
-        if full:
-            args.append("--full")
+        if batch:
+            args.append("--batch")
         await self.run(
             "scancel",
             *args,
