@@ -414,8 +414,11 @@ class SlurmRuntime:
         """SIGTERM to the batch script and its steps, *grace* seconds, then scancel."""
         job_id = handle.ref
         if grace > 0:
-            await self.cli.scancel(job_id, signal="TERM", batch=True)  # the script
-            await self.cli.scancel(job_id, signal="TERM")  # its steps (srun), if any
+            # the script, then its steps (srun) if any; best effort: a job that ends
+            # meanwhile makes scancel fail in words that vary (or none, exit 229)
+            with contextlib.suppress(SlurmRefused):
+                await self.cli.scancel(job_id, signal="TERM", batch=True)
+                await self.cli.scancel(job_id, signal="TERM")
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
                 if await self.ended(job_id) is not None:

@@ -99,4 +99,4 @@ async def test_scancel_of_an_ended_job_is_fine(tmp_path: Path) -> None:
         'echo "scancel: error: Kill job error on job id 37: Job/step already completing or '
         'completed" >&2\nexit 1\n',
     )
-    await cli(tmp_path).scancel("37", signal="TERM", full=True)
+    await cli(tmp_path).scancel("37", signal="TERM", batch=True)
