@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,12 +17,23 @@ from harness import NODE_TOKEN, Stack, WorkerProcess
 from waiting import until
 
 NODES = {"node1", "node2"}
+#: a job jobgate does not know, holding all of a node's CPUs
+SBATCH_FOREIGN = ("sbatch", "--parsable", "-c", "2", "--mem=64M", "-o", "/dev/null")
 
 
 @pytest.fixture
 async def slurm_stack(stack: Stack, slurm_conf: Path, jobcomp_file: Path) -> AsyncIterator[Stack]:
     """The stack with one slurm worker process attached to partition debug."""
-    env = {
+    await start_slurm_worker(stack, slurm_conf, jobcomp_file)
+    yield stack
+    for job in await jobgate_jobs():  # none outlives the test
+        await asyncio.to_thread(subprocess.run, ["scancel", job], check=False)
+
+
+async def start_slurm_worker(
+    stack: Stack, slurm_conf: Path, jobcomp_file: Path, **more: str
+) -> WorkerProcess:
+    env = more | {
         "JOBGATE_REDIS_URL": stack.redis_url,
         "JOBGATE_GATEWAY_URL": stack.url,
         "JOBGATE_NODE_TOKEN": NODE_TOKEN,
@@ -56,9 +68,7 @@ async def slurm_stack(stack: Stack, slurm_conf: Path, jobcomp_file: Path) -> Asy
         await stack.wait_nodes(NODES)
     except AssertionError:
         raise AssertionError(f"the Slurm nodes did not register:\n{worker.log()}") from None
-    yield stack
-    for job in await jobgate_jobs():  # none outlives the test
-        await asyncio.to_thread(subprocess.run, ["scancel", job], check=False)
+    return worker
 
 
 async def jobgate_jobs(kernel_id: str | None = None) -> list[str]:
@@ -175,3 +185,35 @@ async def test_an_env_value_never_shows_in_scontrol(slurm_stack: Stack) -> None:
     assert f"jobgate-{running['kernels'][0]['id']}" in shown
     assert secret not in shown
     assert "API_TOKEN" not in shown
+
+
+async def test_a_job_slurm_does_not_start_in_time_is_a_start_failure(
+    stack: Stack, slurm_conf: Path, jobcomp_file: Path
+) -> None:
+    """Jobs jobgate does not know (foreign ones) hold every CPU: Slurm keeps the session's
+    job PENDING, the worker cancels it after JOBGATE_SLURM_START_TIMEOUT_S and reports a
+    start failure, which ends the session ERROR today (not back to PENDING)."""
+    await start_slurm_worker(stack, slurm_conf, jobcomp_file, JOBGATE_SLURM_START_TIMEOUT_S="2")
+    foreign = []
+    try:
+        for node in sorted(NODES):
+            out = await asyncio.to_thread(
+                subprocess.run,
+                [*SBATCH_FOREIGN, "-w", node, "--wrap", "sleep 300"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            foreign.append(out.stdout.strip())
+        session = await stack.submit(
+            command=["true"], resource_group="debug", resources={"cpu": "1", "mem": "64m"}
+        )
+        ended = await stack.wait_status(session["id"], {"ERROR"})
+        assert re.fullmatch(
+            r"Slurm did not start job \d+ within 2s \(PENDING, [^)]*\); it was cancelled",
+            ended["status_reason"],
+        ), ended["status_reason"]
+        assert await jobgate_jobs() == []  # cancelled, not left waiting
+    finally:
+        for job in foreign:
+            await asyncio.to_thread(subprocess.run, ["scancel", job], check=False)
