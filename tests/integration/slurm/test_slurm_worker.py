@@ -217,3 +217,26 @@ async def test_a_job_slurm_does_not_start_in_time_is_a_start_failure(
     finally:
         for job in foreign:
             await asyncio.to_thread(subprocess.run, ["scancel", job], check=False)
+
+
+async def test_a_restarted_worker_re_attaches_to_its_running_job(
+    stack: Stack, slurm_conf: Path, jobcomp_file: Path, tmp_path: Path
+) -> None:
+    """The worker is killed -9 while Slurm runs a session's job; the next worker (same data
+    directory) finds the job by its name and comment, resumes its output and reports its
+    end: the session runs once and succeeds."""
+    first = await start_slurm_worker(stack, slurm_conf, jobcomp_file)
+    release = tmp_path / "release"
+    script = f"echo one; while [ ! -e {release} ]; do sleep 0.2; done; echo two"
+    session = await stack.submit(
+        command=["sh", "-c", script], resource_group="debug", resources={"cpu": "1", "mem": "64m"}
+    )
+    await stack.wait_status(session["id"], {"RUNNING"})
+    await stack.wait_output(session["id"], "one\n")
+    await first.kill9()
+    second = await start_slurm_worker(stack, slurm_conf, jobcomp_file)
+    await until(lambda: "re-attached to kernel" in second.log(), timeout=30, what="the re-attach")
+    release.touch()
+    ended = await stack.wait_status(session["id"], {"SUCCEEDED"})
+    assert (ended["exit_code"], ended["retries"]) == (0, 0)
+    assert await stack.logs(session["id"]) == "one\ntwo\n"
