@@ -312,6 +312,11 @@ start_daemons() {
     if pid=$(daemon_pid slurmctld); then
         say "slurmctld already running (pid $pid)"
     else
+        # one such cluster per host: another checkout's (or a real) slurmctld on the port
+        # would answer our clients with a munge key of its own
+        if ss -Hltn 'sport = :6817' | grep -q .; then
+            die "something else listens on port 6817 (another checkout's test cluster? stop it with that checkout's scripts/setup-slurm.sh --stop)"
+        fi
         say "starting slurmctld (state: $STATE/ctld)"
         start_daemon slurmctld slurmctld -D -f "$CONF"
     fi
