@@ -9,7 +9,8 @@
             sbatch --parsable --nodelist=NODE --cpus-per-task --mem [--gres=gpu[:type]:N]
                    --export=NONE --no-requeue --open-mode=append --job-name=jobgate-<kernel>
                    --comment=jobgate/<instance>/<session> --output/--error=KDIR/std*
-              │ PENDING past start_timeout_s ─▶ scancel, a start failure ("Slurm did not start")
+              │ PENDING past start_timeout_s ─▶ scancel, StartDeferred ("Slurm did not start":
+              │                                 the gateway places the session again)
               ▼
     logs  ◀── KDIR/stdout, KDIR/stderr (a shared filesystem), from offsets
     wait  ◀── squeue, then scontrol show job (the exit code), then the jobcomp file
@@ -55,6 +56,7 @@ from plugins.runtimes.base import (
     RuntimeContext,
     RuntimeFailure,
     RuntimeInfo,
+    StartDeferred,
 )
 from plugins.runtimes.slurm.cli import SlurmCli, SlurmRefused, SlurmUnavailable, current_user
 from plugins.runtimes.slurm.records import JobRecord, SlurmNode, parse_jobcomp
@@ -76,7 +78,8 @@ class SlurmSettings(BaseSettings):
     #: nodes); empty: every node Slurm has. Jobs are submitted to the first of them the
     #: node is in.
     partitions: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    #: a job Slurm has not started within this long is cancelled: a start failure
+    #: a job Slurm has not started within this long is cancelled, and the session placed
+    #: again (StartDeferred)
     start_timeout_s: float = Field(default=30.0, gt=0)
     poll_interval_s: float = Field(default=1.0, gt=0)
     #: one Slurm command's time limit, its retries while slurmctld does not answer
@@ -293,8 +296,9 @@ class SlurmRuntime:
         )
 
     async def _until_started(self, job_id: str) -> None:
-        """Return once Slurm started the job (or it already ended); cancel it and fail if
-        it is still waiting after ``start_timeout_s``."""
+        """Return once Slurm started the job (or it already ended); cancel it and defer
+        the start (:class:`StartDeferred`, Slurm's state and reason in the message) if it
+        is still waiting after ``start_timeout_s``."""
         limit = self.settings.start_timeout_s
         deadline = time.monotonic() + limit
         why = "not yet listed by squeue"
@@ -318,7 +322,7 @@ class SlurmRuntime:
             )
         with contextlib.suppress(RuntimeFailure):
             await self.cli.scancel(job_id)
-        raise RuntimeFailure(
+        raise StartDeferred(
             f"Slurm did not start job {job_id} within {limit:g}s ({why}); it was cancelled"
         )
 

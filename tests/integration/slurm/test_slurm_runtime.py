@@ -10,7 +10,13 @@ import pytest
 from waiting import until
 
 from plugins.resources import ResourceSlots
-from plugins.runtimes.base import KernelHandle, KernelSpec, RuntimeContext, RuntimeFailure
+from plugins.runtimes.base import (
+    KernelHandle,
+    KernelSpec,
+    RuntimeContext,
+    RuntimeFailure,
+    StartDeferred,
+)
 from plugins.runtimes.slurm.runtime import SlurmRuntime, SlurmSettings
 
 
@@ -118,18 +124,19 @@ async def test_sbatch_refusal_is_slurm_s_message(runtime: SlurmRuntime) -> None:
     big = ResourceSlots.parse({"cpu": "1", "mem": "5g"})
     with pytest.raises(
         RuntimeFailure, match="Slurm refused the job: Memory specification can not be satisfied"
-    ):
+    ) as refused:
         await runtime.start(spec("k-big", "true", resources=big))
+    assert not isinstance(refused.value, StartDeferred)  # final: the session ends ERROR
 
 
-async def test_a_job_slurm_does_not_start_is_cancelled(
+async def test_a_job_slurm_does_not_start_is_cancelled_and_deferred(
     runtime: SlurmRuntime, tmp_path: Path
 ) -> None:
     whole = ResourceSlots.parse({"cpu": "2", "mem": "64m"})
     holder = await runtime.start(spec("k-holder", "sleep", "60", resources=whole))
     runtime.settings.start_timeout_s = 1.0
     with pytest.raises(
-        RuntimeFailure,
+        StartDeferred,
         match=r"Slurm did not start job \d+ within 1s \(PENDING, [^)]*\); it was cancelled",
     ):
         await runtime.start(spec("k-waiter", "true", resources=whole))

@@ -187,12 +187,13 @@ async def test_an_env_value_never_shows_in_scontrol(slurm_stack: Stack) -> None:
     assert "API_TOKEN" not in shown
 
 
-async def test_a_job_slurm_does_not_start_in_time_is_a_start_failure(
+async def test_a_job_slurm_does_not_start_in_time_waits_again_and_runs_later(
     stack: Stack, slurm_conf: Path, jobcomp_file: Path
 ) -> None:
     """Jobs jobgate does not know (foreign ones) hold every CPU: Slurm keeps the session's
-    job PENDING, the worker cancels it after JOBGATE_SLURM_START_TIMEOUT_S and reports a
-    start failure, which ends the session ERROR today (not back to PENDING)."""
+    job PENDING, the worker cancels it after JOBGATE_SLURM_START_TIMEOUT_S and defers the
+    start, and the session waits again (PENDING, in Slurm's words) as a new attempt. Once
+    the foreign jobs are gone, an attempt runs, and the session succeeds."""
     await start_slurm_worker(stack, slurm_conf, jobcomp_file, JOBGATE_SLURM_START_TIMEOUT_S="2")
     foreign = []
     try:
@@ -206,17 +207,35 @@ async def test_a_job_slurm_does_not_start_in_time_is_a_start_failure(
             )
             foreign.append(out.stdout.strip())
         session = await stack.submit(
-            command=["true"], resource_group="debug", resources={"cpu": "1", "mem": "64m"}
+            command=["echo", "ran"], resource_group="debug", resources={"cpu": "1", "mem": "64m"}
         )
-        ended = await stack.wait_status(session["id"], {"ERROR"})
+        (kernel,) = session["kernels"]
+        reasons = await until(
+            lambda: deferrals(stack, session["id"]), timeout=60, what="a deferred start"
+        )
         assert re.fullmatch(
-            r"Slurm did not start job \d+ within 2s \(PENDING, [^)]*\); it was cancelled",
-            ended["status_reason"],
-        ), ended["status_reason"]
-        assert await jobgate_jobs() == []  # cancelled, not left waiting
+            r"Slurm did not start job \d+ within 2s \(PENDING, [^)]*\); it was cancelled "
+            r"\(on node[12]\); placed again from \d\d:\d\d:\d\dZ",
+            reasons[0],
+        ), reasons[0]
+        assert await jobgate_jobs(kernel["id"]) == []  # attempt 1's job: cancelled
     finally:
         for job in foreign:
             await asyncio.to_thread(subprocess.run, ["scancel", job], check=False)
+    ended = await stack.wait_status(session["id"], {"SUCCEEDED"}, timeout=120)
+    assert (ended["exit_code"], ended["retries"]) == (0, 0)  # a deferral is no retry
+    assert await stack.logs(session["id"]) == "ran\n"
+
+
+async def deferrals(stack: Stack, session_id: str) -> list[str]:
+    """The reasons of the session's moves back to PENDING after a deferred start."""
+    view = await stack.get(session_id)
+    assert view["status"] not in {"ERROR", "FAILED", "CANCELLED"}, view["status_reason"]
+    return [
+        h["reason"]
+        for h in view["history"]
+        if h["to_status"] == "PENDING" and h["reason"].startswith("Slurm did not start")
+    ]
 
 
 async def test_a_restarted_worker_re_attaches_to_its_running_job(
