@@ -10,6 +10,7 @@ who reads it.
 | ``jobgate:queue:events`` | arq queue | workers | gateway (event consumer) |
 | ``jobgate:queue:node:{node}`` | arq queue | scheduler, gateway | the node's worker |
 | ``jobgate:queue:simhost:{node}`` | arq queue | scheduler | a simulated host |
+| ``jobgate:queue:host:{node}`` | arq queue | scheduler, gateway | a host of many nodes (Slurm) |
 | ``jobgate:heartbeat:{node}`` | string, TTL | worker | scheduler, ``/v1/nodes`` |
 | ``jobgate:node-alive:{node}`` | string, TTL | the node's keeper | reconciler, ``/v1/nodes`` |
 | ``jobgate:schedule-dirty:{group}`` | string, TTL | gateway | scheduler |
@@ -68,6 +69,7 @@ __all__ = [
     "is_events_job",
     "keeper_key",
     "live_key",
+    "many_host_queue",
     "node_queue",
     "own_jobs",
     "queued_job_id",
@@ -95,6 +97,12 @@ def node_queue(node_id: str) -> str:
 def sim_host_queue(node_id: str) -> str:
     """The one queue a simulated host serves for all its nodes."""
     return f"jobgate:queue:simhost:{node_id}"
+
+
+def many_host_queue(node_id: str) -> str:
+    """The one queue a worker that attaches many real nodes (a Slurm partition's)
+    serves for all of them; *node_id* is the worker's own id."""
+    return f"jobgate:queue:host:{node_id}"
 
 
 NODE_QUEUE_PREFIX: Final = "jobgate:queue:node:"

@@ -226,7 +226,7 @@ EventKind = Literal[
     "progress",  # a line of progress while preparing (pull percentage ...)
     "running",  # the container runs
     "exited",  # it ended by itself or because it was stopped
-    "start_failed",  # the platform could not start it (ERROR)
+    "start_failed",  # the platform could not start it (ERROR; PENDING again if deferred)
     "not_started",  # a stop arrived before it started (CANCELLED)
     "lost",  # the worker restarted and the container is gone
 ]
@@ -252,6 +252,12 @@ class KernelEvent(_Message):
     #: recorded it - a kernel that ended while no worker ran ends then, not at the
     #: restart (None: at the moment the gateway applies the event)
     ended_at: float | None = None
+    #: "start_failed": it could not start *now* (the runtime said so: a Slurm job Slurm
+    #: did not start in time, ...); nothing of it runs, and the gateway places the
+    #: session again (PENDING after a backoff) instead of ending it ERROR. A flag, not a
+    #: kind of its own: a gateway that does not know it still reads the event, as the
+    #: start failure it was before
+    deferred: bool = False
 
 
 class KernelReport(_Message):

@@ -55,6 +55,7 @@ from gateway.api.routes import (
 from gateway.auth import KeyCache
 from gateway.config import GatewaySettings
 from gateway.db.engine import SessionFactory, create_engine, create_session_factory, dispose
+from gateway.domain.retry import Backoff
 from gateway.domain.sealing import MasterKey
 from gateway.loops.consumer import events_worker
 from gateway.loops.deliverer import Deliverer
@@ -136,7 +137,8 @@ def create_app(settings: GatewaySettings | None = None, *, run_events: bool = Tr
         consumer = None
         task = None
         if run_events:
-            handler = EventHandler(db, pool)
+            backoff = Backoff(settings.retry_backoff_s, settings.retry_backoff_max_s)
+            handler = EventHandler(db, pool, backoff)
             consumer = events_worker(
                 settings.redis_url, handler, handle_signals=False, metrics=consumer_metrics
             )

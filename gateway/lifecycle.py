@@ -6,6 +6,7 @@
                       └▶ live: TERMINATING, stop_kernels ─▶ a stop job per placed kernel
     stop_kernels      ─▶ started kernels become "stopping"; stop_job() for each (outbox)
     end_kernel        ─▶ final kernel status, ended_at (first end wins), release()
+    place_again       ─▶ PENDING again: every kernel a new attempt, the old ones stopped
     release           ─▶ the kernel's allocation back to its node's sums (once)
 
 Everything here runs inside the caller's transaction, with the rows locked in the one
@@ -15,6 +16,7 @@ order (sessions, kernels, nodes); the jobs and live events go into the caller's
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -33,6 +35,7 @@ __all__ = [
     "begin_termination",
     "end_kernel",
     "new_attempt",
+    "place_again",
     "release",
     "stop_job",
     "stop_kernels",
@@ -156,6 +159,36 @@ def new_attempt(kernel: Kernel, now: datetime) -> None:
     kernel.container_id = kernel.exit_code = None
     kernel.started_at = kernel.ended_at = None
     kernel.updated_at = now
+
+
+def place_again(
+    db: AsyncSession,
+    session: Session,
+    kernels: Sequence[Kernel],
+    nodes: Mapping[str, Node],
+    why: str,
+    now: datetime,
+    outbox: Outbox,
+    *,
+    unreachable: Collection[str] = (),
+) -> None:
+    """*session* waits for a place again (PENDING, *why* in its history and its
+    ``pending_reason``), every kernel of it (*kernels*: all of them, locked) as its next
+    attempt. The attempts not ended yet give their allocations back to their nodes (in
+    *nodes*, locked) and are stopped, that attempt only, except on the nodes in
+    *unreachable* (lost: nobody to tell); their late events are stale (fenced by
+    attempt). The caller checked the move is allowed and sends the status event."""
+    for kernel in kernels:
+        node = nodes.get(kernel.node_id or "")
+        if kernel.ended_at is None:
+            release(node, kernel)
+            if node is not None and node.id not in unreachable:
+                job = stop_job(kernel.id, session.id, node.id, why, 0.0, kernel.attempt)
+                outbox.stops.append((node.queue, job))
+        new_attempt(kernel, now)
+    session.exit_code = None
+    db.add(transition(session, S.PENDING, why, now))
+    session.pending_reason = why
 
 
 def release(node: Node | None, kernel: Kernel) -> None:

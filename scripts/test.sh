@@ -88,6 +88,13 @@ if is_root && [ -x scripts/setup-podman.sh ]; then
     scripts/build-test-images.sh
 fi
 
+# ---- 4b. a throw-away Slurm cluster (the slurm runtime's tests, docs/slurm.md) ----------------
+if is_root && [ -x scripts/setup-slurm.sh ]; then
+    say "setting up a Slurm test cluster"
+    slurm_line=$(scripts/setup-slurm.sh | tail -n 1)
+    export "${slurm_line?}"
+fi
+
 # ---- 5. npm tools: a TypeScript client generated from /openapi.json ------------------------
 # (tests/integration/gateway/test_client_generation.py; the tests themselves fetch nothing)
 NPM_TOOLS="$STATE/npm"

@@ -10,8 +10,9 @@
 
 Control jobs are short: ``start_kernel`` hands the kernel to its own task and returns,
 so a slow image pull never holds a queue slot. On start the agent re-attaches to every
-kernel its runtime still has, resuming output from the offsets it saved. A sim host
-(``sim_nodes`` > 0) is one agent with many simulated nodes sharing one queue.
+kernel its runtime still has, resuming output from the offsets it saved. Which nodes the
+process attaches is its host's plan (workers/hosts.py): one; or, on a host of many nodes
+(a sim host's simulated nodes, a Slurm partition's nodes), many sharing one queue.
 """
 
 from __future__ import annotations
@@ -25,15 +26,14 @@ from arq.connections import ArqRedis
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
-from contract.keys import heartbeat_key, node_queue, own_jobs, sim_host_queue
+from contract.keys import heartbeat_key, own_jobs
 from contract.messages import CommitKernel, StartKernel, StopKernel
 from plugins.loader import RUNTIMES, load_one
 from plugins.runtimes.base import Runtime, RuntimeContext
 from plumbing import arq as queueing
 from workers.config import WorkerSettings
 from workers.credential import node_credential, redis_login
-from workers.devices import load_accelerators
-from workers.fingerprint import host_capacity
+from workers.hosts import HostPlan, plan_host
 from workers.keeper import start_keeper, stop_keeper
 from workers.kernel import NodeServices
 from workers.metrics import WorkerMetrics
@@ -66,7 +66,10 @@ class Agent:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings.resolved()  # node id and instance from the data dir
         self.nodes: dict[str, NodeAgent] = {}
-        self.workdirs: WorkdirCache | None = None
+        self.plan = HostPlan(self.settings.worker_runtime, "")  # made in _start
+        #: working-directory caches: one per process, or one per node on a host of many
+        #: real nodes (each fetches with its own node's credential)
+        self.workdirs: list[WorkdirCache] = []
         #: the node's own Redis login once it joined (contract/acl.py), else the configured
         self.redis_url = self.settings.redis_url
 
@@ -106,29 +109,32 @@ class Agent:
                 for node in self.nodes.values():
                     await node.stop_all(s.stop_grace_s, s.stop_kernels_reason or None)
             await reporter.flush(timeout=10.0)
-            if s.sim_nodes <= 0 and not any(n.kernels for n in self.nodes.values()):
+            if not self.plan.many and not any(n.kernels for n in self.nodes.values()):
                 stop_keeper(s.state_dir.resolve())  # nothing left here to keep alive
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
             await reporter.close()
             await logs.close()
-            if self.workdirs is not None:
-                await self.workdirs.close()
+            for workdirs in self.workdirs:
+                await workdirs.close()
             for node in self.nodes.values():
                 for task in node.tasks:
                     task.cancel()  # containers live on; a restarted worker re-attaches
                 await asyncio.gather(*node.tasks, return_exceptions=True)
                 await node.runtime.close()
-            if accelerators := next(iter(self.nodes.values())).accelerators:
-                accelerators.close()
+            for accelerators in {
+                id(n.accelerators): n.accelerators for n in self.nodes.values()
+            }.values():
+                if accelerators is not None:
+                    accelerators.close()
             await pool.aclose()
 
     async def _keeper(self) -> None:
         """The node's keeper (workers/keeper.py): its liveness outlives this process, so a
-        restart of the worker is not taken for the node's loss. A sim host has none: its
-        kernels die with it."""
+        restart of the worker is not taken for the node's loss. A host of many nodes has
+        none: it is a process, not a machine (a sim host's kernels die with it)."""
         s = self.settings
-        if s.sim_nodes > 0:
+        if self.plan.many:
             return
         await start_keeper(
             s.state_dir.resolve(),
@@ -139,15 +145,9 @@ class Agent:
             max_disconnect_s=s.node_max_disconnect_s,
         )
 
-    def _node_ids(self) -> list[str]:
-        s = self.settings
-        if s.sim_nodes > 0:
-            return [f"{s.node_id}-{i:04d}" for i in range(s.sim_nodes)]
-        return [s.node_id]
-
     async def _credentials(self, logs: LogClient) -> dict[str, str]:
-        """Each node's own credential: saved, else joined for with the join token (a sim
-        host's nodes 16 at a time)."""
+        """Each node's own credential: saved, else joined for with the join token (a host
+        of many nodes: 16 at a time)."""
         s = self.settings
         gate = asyncio.Semaphore(16)
 
@@ -155,7 +155,7 @@ class Agent:
             async with gate:
                 return await node_credential(logs.http, s.data_dir, node_id, s.effective_join_token)
 
-        ids = self._node_ids()
+        ids = [node.node_id for node in self.plan.nodes]
         return dict(zip(ids, await asyncio.gather(*map(credential, ids)), strict=True))
 
     async def _start(
@@ -168,19 +168,20 @@ class Agent:
         pools: list[ArqRedis] = []
         reporter: EventReporter | None = None
         try:
+            self.plan = await plan_host(s)
             credentials = await self._credentials(logs)
-            if s.sim_nodes <= 0:  # its own Redis user where the gateway gives nodes one
+            if not self.plan.many:  # its own Redis user where the gateway gives nodes one
                 self.redis_url = await redis_login(
                     logs.http, s.redis_url, s.node_id, credentials[s.node_id]
                 )
-            queue = sim_host_queue(s.node_id) if s.sim_nodes > 0 else node_queue(s.node_id)
+            queue = self.plan.queue
             for default in ("arq:queue", queue):
                 pools.append(
                     await queueing.connect_when_up(
                         self.redis_url, default_queue=default, socket_timeout=REDIS_TIMEOUT_S
                     )
                 )
-            reporter = metrics.reporter(pools[0], s.node_id if s.sim_nodes <= 0 else None)
+            reporter = metrics.reporter(pools[0], None if self.plan.many else s.node_id)
             reporter.start()
             self._build_nodes(queue, reporter, logs, credentials)
             return logs, pools[0], pools[1], reporter, queue
@@ -197,38 +198,49 @@ class Agent:
         self, queue: str, reporter: EventReporter, logs: LogClient, credentials: dict[str, str]
     ) -> None:
         s = self.settings
-        capacity = host_capacity(s.worker_cpu, s.worker_mem)
-        accelerators = load_accelerators(s.accelerators)
-        ids = self._node_ids()
-        if s.sim_nodes > 0:
-            runtime_name = "sim"
-            store_dir = None
-        else:
-            runtime_name = s.worker_runtime
-            store_dir = s.state_dir / "kernels"
-        # working directories: one cache per worker process (sim hosts have none)
-        workdirs = None
-        if s.sim_nodes <= 0:
-            workdirs = WorkdirCache(
-                workdir_root(s.workdir_root, s.state_dir, runtime_name, s.instance_id),
-                BlobClient(s.gateway_url, credentials[s.node_id]),
-                s.workdir_cache_bytes,
+        plan = self.plan
+        for node in plan.nodes:
+            context = RuntimeContext(
+                node_id=node.node_id, state_dir=s.state_dir, instance=s.instance_id
             )
-        self.workdirs = workdirs
-        for node_id in ids:
-            context = RuntimeContext(node_id=node_id, state_dir=s.state_dir, instance=s.instance_id)
-            runtime = build_runtime(runtime_name, context)
+            runtime = build_runtime(plan.runtime, context)
             services = NodeServices(
-                node_id,
+                node.node_id,
                 runtime,
                 reporter,
-                logs.as_node(credentials[node_id]),
-                StateStore(store_dir),
-                workdirs,
+                logs.as_node(credentials[node.node_id]),
+                StateStore(node.store_dir),
+                self._workdirs(node.node_id, credentials[node.node_id]),
             )
-            self.nodes[node_id] = NodeAgent(
-                node_id, queue, runtime, services, s, capacity, accelerators
+            self.nodes[node.node_id] = NodeAgent(
+                node.node_id,
+                queue,
+                runtime,
+                services,
+                node.settings,
+                node.capacity,
+                node.accelerators,
+                hostname=node.hostname,
+                arch=node.arch,
             )
+
+    def _workdirs(self, node_id: str, credential: str) -> WorkdirCache | None:
+        """The node's working-directory cache: none for simulated kernels; the process's
+        one; on a host of many real nodes, the node's own (the gateway gives a node only
+        the blobs of sessions placed on it)."""
+        s, plan = self.settings, self.plan
+        if not plan.workdirs:
+            return None
+        if self.workdirs and not plan.many:
+            return self.workdirs[0]
+        root = workdir_root(s.workdir_root, s.state_dir, plan.runtime, s.instance_id)
+        cache = WorkdirCache(
+            root / node_id if plan.many else root,
+            BlobClient(s.gateway_url, credential),
+            s.workdir_cache_bytes,
+        )
+        self.workdirs.append(cache)
+        return cache
 
     def _worker(self, queue: str, pool: ArqRedis) -> Worker:
         async def start_kernel(ctx: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -281,7 +293,7 @@ class Agent:
 
     def _own_jobs(self) -> Callable[[str], bool] | None:
         s = self.settings
-        if s.sim_nodes > 0 or self.redis_url == s.redis_url:
+        if self.plan.many or self.redis_url == s.redis_url:
             return None  # the configured login: every job of its queue is its own
         prefix = own_jobs(s.node_id)
         return lambda job_id: job_id.startswith(prefix)

@@ -8,6 +8,10 @@
                                           logs ─▶ uploader ─▶ gateway   │
                                           wait() ─▶ flush output ─▶ exited ─▶ remove()
 
+A start that fails is reported ``start_failed`` (the session ends ERROR); one the runtime
+defers (:class:`~plugins.runtimes.base.StartDeferred`: not now) is ``start_failed`` with
+``deferred`` set, and the gateway places the session again.
+
 The exit is reported only after all output reached the gateway, so a client that sees
 the session end has already seen every line it printed.
 """
@@ -30,6 +34,7 @@ from plugins.runtimes.base import (
     KernelSpec,
     Runtime,
     RuntimeFailure,
+    StartDeferred,
 )
 from workers.secretfiles import remove_secret_files
 from workers.shipper import KernelLogUploader, LogClient
@@ -119,6 +124,9 @@ class KernelRun:
                 self._finish_unstarted("not_started", "cancelled before it started")
                 return
             handle = await self.node.runtime.start(spec)
+        except StartDeferred as exc:  # not now: the gateway places it again
+            self._finish_unstarted("start_failed", str(exc), deferred=True)
+            return
         except (RuntimeFailure, ReservationError) as exc:
             self._finish_unstarted("start_failed", str(exc))
             return
@@ -138,8 +146,8 @@ class KernelRun:
         """It cannot start here at all (its devices cannot be reserved ...)."""
         self._finish_unstarted("start_failed", message)
 
-    def _finish_unstarted(self, kind: str, message: str) -> None:
-        self.end(kind, message=message)
+    def _finish_unstarted(self, kind: str, message: str, deferred: bool = False) -> None:
+        self.end(kind, message=message, deferred=deferred)
         self._release_working_dir()
         self.done.set()
 

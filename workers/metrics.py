@@ -68,7 +68,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-START_OUTCOMES = ("started", "failed", "cancelled")
+START_OUTCOMES = ("started", "failed", "deferred", "cancelled")
 EXIT_OUTCOMES = ("succeeded", "failed", "stopped", "oom_killed", "lost")
 _STARTS = {"running": "started", "start_failed": "failed", "not_started": "cancelled"}
 
@@ -79,6 +79,8 @@ class MetricsError(RuntimeError):
 
 def start_outcome(event: KernelEvent) -> str | None:
     """How a start ended, for events that end one (None for the others)."""
+    if event.kind == "start_failed" and event.deferred:
+        return "deferred"  # not now: its session is placed again
     return _STARTS.get(event.kind)
 
 
@@ -161,7 +163,7 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         self.starts = Counter(
             "jobgate_worker_kernel_starts",
-            "Kernel starts by outcome: started, failed, cancelled.",
+            "Kernel starts by outcome: started, failed, deferred, cancelled.",
             ["outcome"],
             registry=self.registry,
         )

@@ -81,8 +81,14 @@ class NodeAgent:
         settings: WorkerSettings,
         capacity: ResourceSlots,
         accelerators: NodeAccelerators | None = None,
+        *,
+        hostname: str | None = None,
+        arch: str | None = None,
     ) -> None:
         self.node_id = node_id
+        #: what it registers as (None: this machine's; a Slurm node's are Slurm's)
+        self.hostname = hostname
+        self.arch = arch
         self.queue = queue
         self.runtime = runtime
         self.services = services
@@ -110,12 +116,12 @@ class NodeAgent:
         capacity = self.capacity + (self.devices.capacity if self.devices else ResourceSlots())
         return NodeInfo(
             node_id=self.node_id,
-            hostname=socket.gethostname(),
+            hostname=self.hostname or socket.gethostname(),
             address=self.settings.node_address,
             queue=self.queue,
             runtime=info.name,
             resource_group=self.settings.resource_group,
-            arch=machine_arch(),
+            arch=self.arch or machine_arch(),
             labels=self.settings.labels,
             capacity=capacity.to_json(),
             limits_enforced=info.limits_enforced,

@@ -17,9 +17,10 @@ exponential delay with a ceiling) and Slurm's requeue.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Outcome", "backoff_s", "decide", "error_reason", "max_retries_for"]
+__all__ = ["Backoff", "Outcome", "backoff_s", "decide", "error_reason", "max_retries_for"]
 
 
 class Outcome(StrEnum):
@@ -55,6 +56,18 @@ def max_retries_for(session: int | None, group: int | None, default: int) -> int
 def backoff_s(retry: int, base: float, cap: float) -> float:
     """The wait before retry number *retry* (1, 2, ...): ``base * 2**(retry - 1)``, capped."""
     return float(min(cap, base * 2 ** max(0, retry - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """The gateway's ``retry_backoff_s`` and ``retry_backoff_max_s``, for those that only
+    need the wait (a deferred start's: gateway/loops/events.py)."""
+
+    base_s: float = 1.0
+    max_s: float = 60.0
+
+    def wait_s(self, retry: int) -> float:
+        return backoff_s(retry, self.base_s, self.max_s)
 
 
 def error_reason(node_id: str, session_type: str, retries: int, max_retries: int) -> str:

@@ -7,8 +7,9 @@ Sessions::
        │            └─────────────┴────────────┴──▶ TERMINATING ──▶ TERMINATED | CANCELLED
        └──▶ CANCELLED                                   (on request; CANCELLED if it never ran)
     any live status ──▶ ERROR (the platform could not run it; the reason says why)
-    SCHEDULED | PREPARING | RUNNING ──▶ PENDING (its node was lost: placed again,
-                                       docs/node-loss.md)
+    SCHEDULED | PREPARING | RUNNING ──▶ PENDING (its node was lost, or its node's runtime
+                                       could not start it now: placed again,
+                                       docs/node-loss.md, docs/slurm.md)
     RUNNING ──▶ PREEMPTED ──▶ PENDING (a higher-ranked session needs its room: stopped
                   │                    after a notice and a grace period, then queued
                   │                    again in its place; docs/fair-share.md)
@@ -23,7 +24,8 @@ Kernels (a session's containers)::
 Worker events can arrive out of order (a batch with "exited" may be handled before the
 one with "running"), so a live status may jump forward to any later one, never back.
 The one way back is to PENDING, when the node is lost: before the session started
-(SCHEDULED), or while it ran (PREPARING, RUNNING: a batch session with retries left).
+(SCHEDULED), or while it ran (PREPARING, RUNNING: a batch session with retries left);
+or when the node's runtime deferred its start (a ``start_failed`` marked ``deferred``).
 
 This module is pure: it says which moves are allowed and what a move writes
 (:func:`moved_columns`, :func:`history_values`); ``gateway.db.transitions`` applies

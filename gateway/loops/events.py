@@ -5,18 +5,20 @@ when they start, and kernel events as they happen. One batch is one transaction.
 handler is safe to run twice and in any order: an event that would move a session
 backwards, or touch a session that already ended, changes nothing (but a container
 reported running for a session that ended is stopped, and a freed allocation is never
-freed twice).
+freed twice). The one move back: a start the node's runtime deferred (``start_failed``
+with ``deferred``) places the session again, PENDING after a backoff, as a new attempt
+(``lifecycle.place_again``, as the reconciler does after a node loss).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from arq.connections import ArqRedis
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from contract.cluster import cluster_hostname
@@ -31,6 +33,7 @@ from gateway.db.models import Kernel, Node, ResourceGroup, Session
 from gateway.db.tables import GROUPS
 from gateway.db.transitions import note, transition
 from gateway.db.upsert import insert_ignoring
+from gateway.domain.retry import Backoff
 from gateway.domain.status import (
     KERNEL_LIVE,
     KERNEL_STARTED,
@@ -88,9 +91,11 @@ def only_from(batch: EventBatch, node: str) -> EventBatch:
 
 
 class EventHandler:
-    def __init__(self, db: SessionFactory, pool: ArqRedis) -> None:
+    def __init__(self, db: SessionFactory, pool: ArqRedis, backoff: Backoff | None = None) -> None:
         self.db = db
         self.pool = pool
+        #: the wait before a session whose start was deferred is placed again
+        self.backoff = backoff or Backoff()
 
     async def handle(self, batch: EventBatch, node: str | None = None) -> None:
         outbox = await self.commit(batch, node)
@@ -236,29 +241,30 @@ class EventHandler:
     async def _apply(self, db: AsyncSession, events: Sequence[KernelEvent], outbox: Outbox) -> None:
         kernel_ids = sorted({e.kernel_id for e in events})
         # lock order, everywhere: sessions, then kernels, then nodes (gateway.db.locks)
-        session_ids = sorted(
-            set(
-                (
-                    await db.execute(select(Kernel.session_id).where(Kernel.id.in_(kernel_ids)))
-                ).scalars()
-            )
+        owners = dict(
+            (
+                await db.execute(
+                    select(Kernel.id, Kernel.session_id).where(Kernel.id.in_(kernel_ids))
+                )
+            ).all()
         )
+        session_ids = sorted(set(owners.values()))
         sessions = {s.id: s for s in await lock_rows(db, Session, Session.id.in_(session_ids))}
-        kernels = {k.id: k for k in await lock_rows(db, Kernel, Kernel.id.in_(kernel_ids))}
+        # a deferred start places its whole session again: all of its kernels, and their
+        # nodes below, are locked with the rest (a cluster session's others are elsewhere)
+        deferring = sorted({owners[e.kernel_id] for e in events if _deferring(e, owners)})
+        held: ColumnElement[bool] = Kernel.id.in_(kernel_ids)
+        if deferring:
+            held = or_(held, Kernel.session_id.in_(deferring))
+        kernels = {k.id: k for k in await lock_rows(db, Kernel, held)}
         # read the clock once the rows are ours: a batch that waited for another's locks
         # must not stamp an end before the start that batch stamped (started_at <= ended_at)
         now = await db_now(db)
         events, stale = await self._fence(db, events, kernels, outbox)
         await _late_ends(db, stale, kernels, sessions, now)
-        # only an ending kernel changes its node's sums: lock just those nodes, so the
-        # stream of "preparing"/"running" events never holds up a scheduling pass
         ending = {e.kernel_id for e in events if e.kind in _ENDING}
-        locked = sorted({k.node_id for k in kernels.values() if k.node_id and k.id in ending})
-        others = sorted({k.node_id for k in kernels.values() if k.node_id} - set(locked))
-        nodes = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(locked))}
-        if others:
-            for n in (await db.execute(select(Node).where(Node.id.in_(others)))).scalars():
-                nodes[n.id] = n
+        ending |= {k.id for k in kernels.values() if k.session_id in deferring}
+        nodes = await _nodes(db, kernels.values(), ending)
         siblings = await self._siblings(db, sessions, kernels)
         abandoned: set[str] = set()  # sessions that ended with kernels still live
         for event in sorted(events, key=lambda e: (e.ts, _ORDER[e.kind])):
@@ -268,9 +274,13 @@ class EventHandler:
                 continue
             if kernel.ended_at is not None and event.kind in _ENDING:
                 continue  # it ended already (a late stop's "not started", a repeat): keep that
+            if event.attempt not in (None, kernel.attempt):
+                continue  # this batch placed it again (a deferral, a requeue): it is stale
             session = sessions[kernel.session_id]
             node = nodes.get(kernel.node_id) if kernel.node_id else None
-            ctx = _Ctx(db, session, kernel, node, siblings[session.id], now, outbox)
+            ctx = _Ctx(
+                db, session, kernel, node, siblings[session.id], now, outbox, nodes, self.backoff
+            )
             before = session.status
             _handle(ctx, event)
             if session.status != before:
@@ -357,6 +367,20 @@ class EventHandler:
         return out
 
 
+async def _nodes(db: AsyncSession, kernels: Iterable[Kernel], ending: set[str]) -> dict[str, Node]:
+    """The nodes of *kernels*, those of the *ending* ones locked. Only an ending kernel
+    (or one placed again) changes its node's sums: lock just those nodes, so the stream
+    of "preparing"/"running" events never holds up a scheduling pass."""
+    placed = {k.id: k.node_id for k in kernels if k.node_id}
+    locked = sorted({node for kid, node in placed.items() if kid in ending})
+    others = sorted(set(placed.values()) - set(locked))
+    nodes = {n.id: n for n in await lock_rows(db, Node, Node.id.in_(locked))}
+    if others:
+        for n in (await db.execute(select(Node).where(Node.id.in_(others)))).scalars():
+            nodes[n.id] = n
+    return nodes
+
+
 async def _late_ends(
     db: AsyncSession,
     stale: Sequence[KernelEvent],
@@ -405,6 +429,10 @@ class _Ctx:
     siblings: list[Kernel]
     now: datetime
     outbox: Outbox
+    #: the nodes of the batch's kernels (those of ending kernels and of every kernel of a
+    #: session being placed again locked)
+    nodes: dict[str, Node]
+    backoff: Backoff
 
     def move(self, new: SessionStatus, reason: str) -> None:
         if can_transition(self.session.status, new):
@@ -442,6 +470,9 @@ def _end(ctx: _Ctx, event: KernelEvent) -> _Ctx:
     """End the kernel with the status the event's kind means (``_KERNEL_ENDS``); the
     context as of its end. An exit ends it when the runtime says it did, with its exit
     code, and proves it ran."""
+    if event.deferred and event.kind == "start_failed":
+        ctx.end_kernel(K.CANCELLED)  # not failed: the runtime gave up on it for now
+        return ctx
     if event.kind != "exited":
         ctx.end_kernel(_KERNEL_ENDS[event.kind])
         return ctx
@@ -476,6 +507,11 @@ def _ran(ctx: _Ctx, event: KernelEvent) -> None:
     if ctx.session.status == S.PREPARING:
         ctx.move(S.RUNNING, f"running on {event.node_id}")
     ctx.session.started_at = ctx.session.started_at or ctx.kernel.started_at
+
+
+def _deferring(event: KernelEvent, owners: dict[str, str]) -> bool:
+    """A deferred start of a kernel the database knows (its session may be placed again)."""
+    return event.kind == "start_failed" and event.deferred and event.kernel_id in owners
 
 
 def _preempted_kernel_ended(ctx: _Ctx) -> None:
@@ -587,7 +623,34 @@ def _why(event: KernelEvent) -> str:
 
 
 def _on_start_failed(ctx: _Ctx, event: KernelEvent) -> None:
+    if event.deferred:
+        _start_deferred(ctx, event)
+        return
     ctx.move(S.ERROR, event.message or "the node could not start it")
+
+
+def _start_deferred(ctx: _Ctx, event: KernelEvent) -> None:
+    """The runtime could not start it *now* (Slurm kept its job waiting past the start
+    timeout, ...) and left nothing running: the session is placed again, every kernel as
+    its next attempt (``lifecycle.place_again``, as after a node loss), the runtime's
+    words as its pending reason. Never at once: it waits ``retry_backoff_s * 2**(n-1)``
+    (at most ``retry_backoff_max_s``) through ``starts_at``, n the attempt that did not
+    start, so a node that keeps refusing is not asked again and again in a hot loop.
+    It is no retry (``retries`` stays: nothing ran). A session asked to stop meanwhile
+    ends CANCELLED once its last kernel has."""
+    session = ctx.session
+    message = event.message or f"{event.node_id} could not start it now"
+    if session.status == S.TERMINATING:
+        if ctx.all_ended:
+            ctx.move(S.CANCELLED, f"{session.status_reason}; {message}")
+        return
+    if not can_transition(session.status, S.PENDING):
+        return  # over already (another kernel of its cluster session ended it)
+    at = ctx.now + timedelta(seconds=ctx.backoff.wait_s(ctx.kernel.attempt))
+    session.starts_at = at
+    why = f"{message} (on {event.node_id}); placed again from {at:%H:%M:%S}Z"
+    lifecycle.place_again(ctx.db, session, ctx.siblings, ctx.nodes, why, ctx.now, ctx.outbox)
+    ctx.outbox.schedule.add(session.resource_group)
 
 
 def _on_not_started(ctx: _Ctx, event: KernelEvent) -> None:

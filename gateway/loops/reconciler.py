@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from contract.keys import activity_key, route_key
 from contract.messages import WireClusterMember, WireEgress
 from contract.routes import RouteRecord
+from gateway import lifecycle
 from gateway.apps import route_for
 from gateway.config import GatewaySettings
 from gateway.db.clock import db_now
@@ -50,14 +51,7 @@ from gateway.domain.status import (
     SessionStatus,
     can_transition,
 )
-from gateway.lifecycle import (
-    begin_termination,
-    end_kernel,
-    new_attempt,
-    release,
-    stop_job,
-    stop_kernels,
-)
+from gateway.lifecycle import begin_termination, end_kernel, stop_job, stop_kernels
 from gateway.outbox import Outbox
 from gateway.scheduler.applier import cluster_members, start_job
 from gateway.scheduler.snapshot import alive_nodes, group_config, kept_nodes, wire_egress
@@ -358,18 +352,17 @@ class _Loss:
     def place_again(self, why: str) -> None:
         """Every kernel of the session becomes a new attempt, waiting for a place; the old
         attempts still on live nodes are stopped (their late events are stale)."""
-        for kernel in self.kernels:
-            node = self.nodes.get(kernel.node_id or "")
-            if kernel.ended_at is None:
-                release(node, kernel)
-                if node is not None and node.id not in self.lost:
-                    job = stop_job(kernel.id, self.session.id, node.id, why, 0.0, kernel.attempt)
-                    self.outbox.stops.append((node.queue, job))
-            new_attempt(kernel, self.now)
         self.session.lost_node = self.node_id
-        self.session.exit_code = None
-        self.db.add(transition(self.session, S.PENDING, why, self.now))
-        self.session.pending_reason = why
+        lifecycle.place_again(
+            self.db,
+            self.session,
+            self.kernels,
+            self.nodes,
+            why,
+            self.now,
+            self.outbox,
+            unreachable=self.lost,
+        )
         self.outbox.status(self.session)
 
     def cancel(self) -> None:

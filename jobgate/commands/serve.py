@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import signal
 import urllib.parse
 from typing import Annotated, Any, TypeVar
@@ -164,7 +165,8 @@ def worker_run(
     runtime: Annotated[
         str | None,
         typer.Option(
-            help="How sessions run: process, podman or sim (default: JOBGATE_WORKER_RUNTIME)."
+            help="How sessions run: process, podman, slurm or sim (default: "
+            "JOBGATE_WORKER_RUNTIME)."
         ),
     ] = None,
     node_id: Annotated[
@@ -173,6 +175,13 @@ def worker_run(
     sim_nodes: Annotated[int | None, typer.Option(help="Simulate this many nodes.")] = None,
     cpu: Annotated[str | None, typer.Option(help="Cores to offer (default: all).")] = None,
     mem: Annotated[str | None, typer.Option(help="Memory to offer (default: all).")] = None,
+    partition: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Attach this Slurm partition's nodes (with --runtime slurm; repeat it for "
+            "more; default: JOBGATE_SLURM_PARTITIONS, else every node)."
+        ),
+    ] = None,
 ) -> None:
     """Run sessions on this node."""
     from workers.agent import Agent
@@ -180,6 +189,8 @@ def worker_run(
     from workers.credential import JoinFailed, credential_path
 
     logs.setup("worker")
+    if partition:  # the Slurm runtime's own setting, which its nodes' runtimes read too
+        os.environ["JOBGATE_SLURM_PARTITIONS"] = ",".join(partition)
     overrides: dict[str, Any] = {
         "worker_runtime": runtime,
         "node_id": node_id,
@@ -188,7 +199,8 @@ def worker_run(
         "worker_mem": mem,
     }
     settings = load_settings(WorkerSettings, "worker", **overrides).resolved()
-    if settings.sim_nodes > 0 or not credential_path(settings.data_dir, settings.node_id).exists():
+    many = settings.sim_nodes > 0 or settings.worker_runtime == "slurm"  # nodes join each
+    if many or not credential_path(settings.data_dir, settings.node_id).exists():
         require_join_token("worker", settings.effective_join_token)  # else it has joined
     if settings.worker_runtime == "podman" and settings.sim_nodes == 0:
         _check_podman()

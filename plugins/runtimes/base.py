@@ -4,6 +4,7 @@ The worker drives a runtime through one kernel's life::
 
     await rt.prepare(spec, progress)        # pull the image; ImageNotFound ends it at once
     handle = await rt.start(spec)           # create + start; returns once it runs
+                                            # (StartDeferred: not now, place it again)
     async for chunk in rt.logs(handle, {}): # stdout/stderr with byte offsets, until exit
         ...
     status = await rt.wait(handle)          # exit code, OOM, reason
@@ -57,6 +58,7 @@ __all__ = [
     "RuntimeFailure",
     "RuntimeInfo",
     "ServicePort",
+    "StartDeferred",
     "format_service_ports",
     "parse_service_ports",
 ]
@@ -74,6 +76,13 @@ ProgressCallback = Callable[[str], Awaitable[None]]
 
 class RuntimeFailure(RuntimeError):
     """The runtime could not do what was asked; the message is shown to the user."""
+
+
+class StartDeferred(RuntimeFailure):
+    """It cannot start here *now* (another scheduler's jobs hold the node, ...), and
+    nothing of it is left running: the worker reports a ``start_failed`` marked
+    ``deferred``, and the gateway places the session again (PENDING, after a backoff)
+    instead of ending it ERROR. The message says why, in the words of whoever refused."""
 
 
 class ImageNotFound(RuntimeFailure):

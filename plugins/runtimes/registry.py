@@ -7,6 +7,7 @@ from typing import Any
 from plugins.runtimes.podman import PodmanRuntime
 from plugins.runtimes.process import ProcessRuntime
 from plugins.runtimes.sim import SimRuntime
+from plugins.runtimes.slurm.runtime import SlurmRuntime
 
 __all__ = ["IN_TREE"]
 
@@ -14,4 +15,5 @@ IN_TREE: dict[str, Any] = {
     "process": ProcessRuntime,
     "sim": SimRuntime,
     "podman": PodmanRuntime,
+    "slurm": SlurmRuntime,
 }

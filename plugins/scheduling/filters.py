@@ -2,7 +2,9 @@
 
 Static filters (everything but ``fits``) look only at what the snapshot says about the
 node and at their ``key()`` of the request, so the planner runs them once per pass per
-node and distinct key, and searches only the nodes they let through.
+node and distinct key, and searches only the nodes they let through. Each filter here
+names the request fields its ``key()`` reads (``key_reads``), so the planner finds a
+session's shape by those fields instead of asking every filter for its key.
 
 ======================  ==========================  =====================================
 filter                  rejects a node that ...     rejection code, detail
@@ -70,6 +72,7 @@ class _Static:
 
 class ResourceGroupFilter(_Static):
     name: ClassVar[str] = "resource-group"
+    key_reads: ClassVar[tuple[str, ...]] = ("resource_group",)
     _REJECT = Rejection(r.OTHER_GROUP)
 
     def key(self, request: SessionRequest) -> Hashable:
@@ -83,6 +86,7 @@ class NodeStatusFilter(_Static):
     """Draining and cordoned nodes take nothing new; lost ones nothing at all."""
 
     name: ClassVar[str] = "node-status"
+    key_reads: ClassVar[tuple[str, ...]] = ()
     _KNOWN: ClassVar[dict[str, Rejection]] = {
         "draining": Rejection(r.DRAINING),
         "cordoned": Rejection(r.CORDONED),
@@ -101,6 +105,7 @@ class NodeStatusFilter(_Static):
 
 class ArchitectureFilter(_Static):
     name: ClassVar[str] = "architecture"
+    key_reads: ClassVar[tuple[str, ...]] = ("arch",)
 
     def key(self, request: SessionRequest) -> Hashable:
         return None if request.arch is None else canonical_arch(request.arch)
@@ -116,6 +121,7 @@ class LabelsFilter(_Static):
     """Session constraints ``{"gpu_model": "A100"}`` need equal node labels."""
 
     name: ClassVar[str] = "labels"
+    key_reads: ClassVar[tuple[str, ...]] = ("constraints",)
 
     def key(self, request: SessionRequest) -> Hashable:
         return frozenset(request.constraints.items())
@@ -136,6 +142,7 @@ class LimitsEnforcedFilter(_Static):
     """
 
     name: ClassVar[str] = "limits-enforced"
+    key_reads: ClassVar[tuple[str, ...]] = ("requires_limits", "requested")
     _REJECT = Rejection(r.NO_LIMITS)
 
     def key(self, request: SessionRequest) -> Hashable:
@@ -155,6 +162,7 @@ class MountsFilter(_Static):
     """Sessions that mount host directories go to nodes whose runtime can (not ``process``)."""
 
     name: ClassVar[str] = "mounts"
+    key_reads: ClassVar[tuple[str, ...]] = ("needs_mounts",)
     _REJECT = Rejection(r.NO_MOUNTS)
 
     def key(self, request: SessionRequest) -> Hashable:
@@ -171,6 +179,7 @@ class ImagesFilter(_Static):
     nodes that run plain processes (process). ``has_image`` None: no opinion."""
 
     name: ClassVar[str] = "images"
+    key_reads: ClassVar[tuple[str, ...]] = ("has_image",)
     _NEEDS = Rejection(r.NEEDS_IMAGE)
     _NONE = Rejection(r.NO_IMAGES)
 
@@ -190,6 +199,7 @@ class FractionEnforcementFilter(_Static):
     """Shares go to nodes whose fraction enforcement is "none" only if the group allows it."""
 
     name: ClassVar[str] = "fraction-enforcement"
+    key_reads: ClassVar[tuple[str, ...]] = ("requested",)
     _REJECT = Rejection(r.UNENFORCED)
 
     def key(self, request: SessionRequest) -> Hashable:
@@ -209,6 +219,7 @@ class FitsFilter:
     """Enough free of every slot on the node, and on its devices (fractions exactly)."""
 
     name: ClassVar[str] = "fits"
+    key_reads: ClassVar[tuple[str, ...]] = ("requested",)
     static: ClassVar[bool] = False
     node_local: ClassVar[bool] = True  # reads only the node's free room and devices
     Settings: ClassVar[type[BaseModel]] = NoSettings

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -69,6 +70,11 @@ def build_pipeline(config: SchedulerConfig, *, strict: bool = False) -> Pipeline
     *strict*: each plugin's options in JSON types as its Settings' schema says them (no
     ``1`` for ``true``), as the API checks a new configuration.
     """
+    _load("validator", config.validators)
+    _load("sequencer", [config.sequencer])
+    _load("filter", config.filters)
+    _load("scorer", config.scorers)
+    _load("gang", [config.gang])
     # 1. validators: policy (quota, dependencies, start time) before any node is looked at
     validators = tuple(_build("validator", ref, strict) for ref in config.validators)
     # 2. sequencer: the order sessions are tried in, within each priority band
@@ -132,6 +138,23 @@ def _factory(kind: str, name: str) -> Any:
     with _lock:
         _registry[key] = found[key]
     return found[key]
+
+
+def _load(kind: str, refs: Sequence[PluginRef]) -> None:
+    """Load the factories *refs* name that are not loaded yet, with one look through the
+    installed entry points for the kind (not one per name); a name not found is left
+    to :func:`_factory`, which says what is available."""
+    prefix = kind + "."
+    with _lock:
+        wanted = {prefix + ref.name for ref in refs} - _registry.keys()
+    if not wanted:
+        return
+    try:
+        found = load_group(SCHEDULERS, KINDS[kind], select=wanted.__contains__)
+    except PluginError as exc:
+        raise SchedulerConfigError(str(exc)) from exc
+    with _lock:
+        _registry.update(found)
 
 
 def available() -> dict[str, dict[str, Any]]:

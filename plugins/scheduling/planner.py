@@ -22,7 +22,7 @@ the gateway logs that and tries again next tick (see :mod:`.errors`).
 from __future__ import annotations
 
 import gc
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from itertools import groupby
 from operator import attrgetter
@@ -35,6 +35,7 @@ from plugins.scheduling.pipeline import Pipeline, pipeline_for
 from plugins.scheduling.preempting import preempt
 from plugins.scheduling.reasons import short_id, utc
 from plugins.scheduling.search import Reserved, Search
+from plugins.scheduling.shapes import Shapes
 from plugins.scheduling.slots import SlotTable
 from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
 from plugins.scheduling.types import (
@@ -87,14 +88,13 @@ class _Placer:
             return self._place_on(only)
         if self.held and self.cursor is None:
             self.cursor = self.shape.cursor
-        candidates = self.search.candidates(self.shape, exclude, remember=not self.held)
-        if not candidates:
+        node = self.search.choose(self.shape, exclude, remember=not self.held)
+        if node is None:
             text, resolvable = self.search.explain(self.shape, exclude)
             if self.request.cluster_size > 1:
                 text = f"container {len(self.held) + 1} of {self.request.cluster_size}: {text}"
             self.failure = (f"no node fits: {text}", resolvable)
             return None
-        node = self.search.best(candidates, self.shape)
         held = self.search.reserve(node, self.shape, self.request)
         self.held.append(held)
         return held.kernel
@@ -125,7 +125,6 @@ class _Pass:
         self.result = Plan()
         self.current: str | None = None  # the session being decided, for errors
         self.blocked: str | None = None  # why sessions wait behind a blocking one
-        self.shapes: dict[Hashable, Shape] = {}
         #: sessions that wait for room, in the order they were decided (preemption's)
         self.no_room: list[SessionRequest] = []
         self.fit_pipeline: Pipeline | None = None
@@ -205,6 +204,7 @@ class _Pass:
             _add_devices(view, slots, config.share_quantum)
             device_slots.update(view.devs)
         self.device_slots = frozenset(device_slots)
+        self.shapes = Shapes(self.pipeline, slots, self.device_slots)
         if snapshot.cluster_capacity is not None:
             capacity = slots.vector(snapshot.cluster_capacity)
         else:
@@ -289,23 +289,7 @@ class _Pass:
             )
 
     def _shape(self, request: SessionRequest) -> Shape:
-        filters = self.pipeline.filters
-        try:
-            keys = tuple([f.key(request) for f in filters])
-        except Exception:
-            for f in filters:  # which one (keys are pure: asking again is harmless)
-                try:
-                    f.key(request)
-                except Exception as exc:
-                    raise failed("filter", f, exc) from exc
-            raise
-        key = (keys, request.cluster_size)
-        shape = self.shapes.get(key)
-        if shape is None:
-            static_key = keys[: len(self.pipeline.static_filters)]
-            shape = Shape(key, static_key, request, self.slots, self.device_slots)
-            self.shapes[key] = shape
-        return shape
+        return self.shapes.get(request)
 
     def _wait(self, request: SessionRequest, code: str, reason: str) -> None:
         self.result.waiting[request.id] = reason

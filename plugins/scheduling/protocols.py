@@ -86,6 +86,11 @@ class Filter(Protocol):
     Optional ``node_local: ClassVar[bool] = True`` (``fits`` has it) promises that the
     verdict reads only the node's own state and the shape: the search then trusts a
     verdict until the search itself takes or gives back room on that node.
+
+    Optional ``key_reads: ClassVar[tuple[str, ...]]`` (every built-in filter has it)
+    names the ``SessionRequest`` fields ``key()`` reads: when every filter of a pipeline
+    names them, the planner finds a session's shape by those fields and calls ``key()``
+    only for the first session of each distinct combination.
     """
 
     name: ClassVar[str]

@@ -54,8 +54,11 @@ class _Packing:
     def score(self, nodes: Sequence[NodeView], shape: Shape, ctx: PassContext) -> list[float]:
         spread = self.spread
         need = shape.need
-        fills = []
-        for node in nodes:
+        avoid = self.settings.avoid_unused_capabilities
+        width = len(ctx.slots)
+        asked = shape.slot_set
+        out = []
+        for node in nodes:  # usually one or two: the nodes new or changed since last time
             free, cap = node.free, node.cap
             total, count = 0.0, 0
             for i, units in need:
@@ -63,21 +66,12 @@ class _Packing:
                 if c > 0:
                     total += 1.0 - (free[i] - units) / c
                     count += 1
-            fills.append(total / count if count else 1.0)
-        if spread:
-            fills = [1.0 - f for f in fills]
-        if not self.settings.avoid_unused_capabilities:
-            return fills
-        width = len(ctx.slots)
-        asked = shape.slot_set
-        unused: dict[frozenset[int], int] = {}  # nodes mostly share a handful of kinds
-        out = []
-        for node, room in zip(nodes, fills, strict=True):
-            kinds = node.kinds
-            spare = unused.get(kinds)
-            if spare is None:
-                spare = unused[kinds] = len(kinds - asked)
-            out.append((width - spare + room) / (width + 1))
+            room = total / count if count else 1.0
+            if spread:
+                room = 1.0 - room
+            if avoid:
+                room = (width - len(node.kinds - asked) + room) / (width + 1)
+            out.append(room)
         return out
 
 

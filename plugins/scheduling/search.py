@@ -2,7 +2,7 @@
 
 ::
 
-    all nodes (by id) ──static filters, once per pass per key──▶ eligible nodes
+    all nodes (by id) ──static filters, once per node per filter key──▶ eligible nodes
     eligible ──offer every slot asked (once per key and slot set)──▶ the shape's pool
     pool, from the shape's cursor ──dynamic filters──▶ first K feasible nodes
     K feasible ──scorers (weighted sum; ties: lowest id)──▶ the node
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from decimal import Decimal
+from operator import itemgetter
 from typing import NamedTuple
 
 from plugins.scheduling import reasons as r
@@ -45,13 +46,15 @@ from plugins.scheduling.fit import allocation_misfit
 from plugins.scheduling.guard import failed
 from plugins.scheduling.pipeline import Pipeline
 from plugins.scheduling.reasons import Rejection, Tally
-from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Shape
+from plugins.scheduling.state import DeviceGroup, DeviceView, NodeView, PassContext, Seen, Shape
 from plugins.scheduling.types import KernelPlacement, SessionRequest
 
 __all__ = ["Reserved", "Search"]
 
 _TAKEN = Rejection(r.TAKEN)
+_UNASKED = Rejection("unasked")  # compared by identity: no verdict yet
 _UNSCORED = (-1, 0.0)
+_score = itemgetter(3)
 
 
 def _node_local(plugin: object) -> bool:
@@ -83,6 +86,8 @@ class Search:
         self.sticky = pipeline.scan == "sticky"
         self._eligible: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
         self._pools: dict[Hashable, tuple[list[NodeView], list[Rejection]]] = {}
+        #: (static filter position, its key) -> verdict per node order (see eligible)
+        self._verdicts: dict[tuple[int, Hashable], list[Rejection | None]] = {}
         self._by_id: dict[str, NodeView] | None = None
         #: plugins that say a node's verdict or score depends only on that node (and the
         #: shape) let the search reuse them while the node's version stays the same
@@ -92,18 +97,28 @@ class Search:
 
     # -- which nodes to look at ---------------------------------------------------------
     def eligible(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
-        """Nodes the static filters let in for this shape, and why the others were not."""
+        """Nodes the static filters let in for this shape, and why the others were not.
+
+        A static filter's verdict on a node depends only on the node and the filter's
+        own key, so it is kept per (filter, key) and node: another static key that
+        differs in one filter's key asks only that filter again.
+        """
         found = self._eligible.get(shape.static_key)
         if found is None:
             ok: list[NodeView] = []
             rejected: list[Rejection] = []
             ctx, static = self.ctx, self.static
+            known = [self._verdicts_of(j, key) for j, key in enumerate(shape.static_key)]
+            checks = list(zip(static, known, strict=True))
             for node in self.nodes:
-                for f in static:
-                    try:
-                        rejection = f.check(node, shape, ctx)
-                    except Exception as exc:
-                        raise failed("filter", f, exc) from exc
+                k = node.order
+                for f, verdicts in checks:
+                    rejection = verdicts[k]
+                    if rejection is _UNASKED:
+                        try:
+                            rejection = verdicts[k] = f.check(node, shape, ctx)
+                        except Exception as exc:
+                            raise failed("filter", f, exc) from exc
                     if rejection is not None:
                         rejected.append(rejection)
                         break
@@ -111,6 +126,13 @@ class Search:
                     ok.append(node)
             found = self._eligible[shape.static_key] = (ok, rejected)
         return found
+
+    def _verdicts_of(self, j: int, key: Hashable) -> list[Rejection | None]:
+        """Static filter *j*'s verdict per node order for its *key* (``_UNASKED`` yet)."""
+        verdicts = self._verdicts.get((j, key))
+        if verdicts is None:
+            verdicts = self._verdicts[j, key] = [_UNASKED] * len(self.nodes)
+        return verdicts
 
     def offering(self, shape: Shape) -> tuple[list[NodeView], list[Rejection]]:
         """Eligible nodes that offer every slot the shape asks, and the others' rejections."""
@@ -143,12 +165,40 @@ class Search:
         if not pool:
             return []
         if self.sticky:
-            return self._sticky(shape, pool, exclude, remember)
+            return [entry[1] for entry in self._sticky(shape, pool, exclude, remember)]
         return self._rotate(shape, pool, exclude, remember)
+
+    def choose(self, shape: Shape, exclude: frozenset[str], remember: bool) -> NodeView | None:
+        """``best(candidates(...))``, or None when no node is feasible.
+
+        A sticky search with node-local scorers keeps each feasible node's score on the
+        shape's walk (:meth:`_sticky`) and scores only the nodes that are new or changed.
+        """
+        if not (self.sticky and self.scores_local and self.scorers):
+            found = self.candidates(shape, exclude, remember)
+            return self.best(found, shape) if found else None
+        pool = shape.pool
+        if pool is None:
+            pool = shape.pool = self.offering(shape)[0]
+            shape.skip = list(range(len(pool) + 1))
+        if not pool:
+            return None
+        seen = self._sticky(shape, pool, exclude, remember)
+        if not seen:
+            return None
+        stale = [entry for entry in seen if entry[3] is None]
+        if stale:
+            totals = self._totals([entry[1] for entry in stale], shape)
+            for entry, total in zip(stale, totals, strict=True):
+                entry[3] = total
+        # the walk is in pool order, which is node order: the first highest is the
+        # highest with the lowest node id, as best() breaks ties
+        chosen: NodeView = max(seen, key=_score)[1]
+        return chosen
 
     def _sticky(
         self, shape: Shape, pool: list[NodeView], exclude: frozenset[str], remember: bool
-    ) -> list[NodeView]:
+    ) -> list[Seen]:
         """Forward from the cursor; every position before it refuses the shape for good.
 
         A search that remembers its refusals leaves ``shape.seen``: every position from
@@ -156,21 +206,19 @@ class Search:
         was feasible at the version it is listed with. The next such search walks that
         list first, asking the (node-local) filters again only about nodes that changed,
         then goes on from the end: the same nodes in the same order as a walk from the
-        cursor, without re-checking the ones nothing touched.
+        cursor, without re-checking the ones nothing touched. Each entry also keeps the
+        node's weighted score once :meth:`_choose` computed it (node-local scorers), so
+        an unchanged node is neither checked nor scored again.
         """
         ctx, dynamic, want = self.ctx, self.dynamic, self.sample
         skip = shape.skip
         assert skip is not None
-        found: list[NodeView] = []
         n = len(pool)
         resume = shape.seen if remember and not exclude else None
         shape.seen = None
-        seen: list[tuple[int, NodeView, int]] = []  # (position, node, its version) found
-        if resume is None:
-            pos = _alive(skip, shape.cursor)
-        else:
-            pos = self._resume(shape, pool, resume, found, seen)
-        while len(found) < want and pos < n:
+        seen: list[Seen] = []  # [position, node, its version, its score or None] found
+        pos = _alive(skip, shape.cursor) if resume is None else self._resume(shape, resume, seen)
+        while len(seen) < want and pos < n:
             node = pool[pos]
             if not (exclude and node.id in exclude):
                 for f in dynamic:
@@ -183,9 +231,8 @@ class Search:
                             skip[pos] = pos + 1
                         break
                 else:
-                    found.append(node)
-                    seen.append((pos, node, node.version))
-                    if len(found) >= want:
+                    seen.append([pos, node, node.version, None])
+                    if len(seen) >= want:
                         break
             pos = _alive(skip, pos + 1)
         if not exclude:  # a skipped (excluded) node may still take the next session
@@ -194,34 +241,27 @@ class Search:
             shape.cursor = seen[0][0] if seen else n
             if remember and self.resumable:
                 shape.seen = (seen, min(pos + 1, n))
-        return found
+        return seen
 
-    def _resume(
-        self,
-        shape: Shape,
-        pool: list[NodeView],
-        resume: tuple[list[tuple[int, NodeView, int]], int],
-        found: list[NodeView],
-        seen: list[tuple[int, NodeView, int]],
-    ) -> int:
-        """Walk the last search's feasible nodes again (see :meth:`_sticky`); fill *found*
-        and *seen*, and return where the walk goes on (the last node taken when full)."""
+    def _resume(self, shape: Shape, resume: tuple[list[Seen], int], seen: list[Seen]) -> int:
+        """Walk the last search's feasible nodes again (see :meth:`_sticky`); fill
+        *seen*, and return where the walk goes on (the last node taken when full)."""
         skip = shape.skip
         assert skip is not None
         before, end = resume
         want = self.sample
         for entry in before:
-            pos, node, version = entry
-            if node.version == version:
-                seen.append(entry)
-            elif self._refuses(node, shape):
-                skip[pos] = pos + 1
-                continue
-            else:
-                seen.append((pos, node, node.version))
-            found.append(node)
-            if len(found) >= want:
-                return pos
+            node = entry[1]
+            if node.version != entry[2]:
+                if self._refuses(node, shape):
+                    skip[entry[0]] = entry[0] + 1
+                    continue
+                entry[2] = node.version  # feasible still, at a new version: score again
+                entry[3] = None
+            seen.append(entry)
+            if len(seen) >= want:
+                last: int = entry[0]
+                return last
         return _alive(skip, end)
 
     def _refuses(self, node: NodeView, shape: Shape) -> bool:

@@ -25,10 +25,13 @@ from plugins.scheduling.fit import device_room
 from plugins.scheduling.slots import SlotTable
 from plugins.scheduling.types import DeviceState, Limits, NodeState, SessionRequest, Snapshot
 
-__all__ = ["Account", "DeviceGroup", "DeviceView", "NodeView", "PassContext", "Shape"]
+__all__ = ["Account", "DeviceGroup", "DeviceView", "NodeView", "PassContext", "Seen", "Shape"]
 
 
 Pairs = tuple[tuple[int, int], ...]
+#: a node a sticky search found feasible: [pool position, node, its version then, its
+#: weighted score at that version or None] (a list: the next search updates it in place)
+Seen = list[Any]
 _NONE: list[int] = []
 
 
@@ -192,7 +195,7 @@ class Shape:
     def __init__(
         self,
         key: Hashable,
-        static_key: Hashable,
+        static_key: tuple[Hashable, ...],
         request: SessionRequest,
         slots: SlotTable,
         device_slots: frozenset[int],
@@ -216,9 +219,9 @@ class Shape:
         #: this shape (union-find with path compression; len(pool) = the end)
         self.skip: list[int] | None = None
         self.failure: tuple[str, bool] | None = None  # (reason, resolvable) once it failed
-        #: the last sticky search, when it may be resumed: ((pool position, node, its
-        #: version) of each node found feasible, the end of the walk)
-        self.seen: tuple[list[tuple[int, NodeView, int]], int] | None = None
+        #: the last sticky search, when it may be resumed: (a Seen entry for each node
+        #: found feasible, the end of the walk)
+        self.seen: tuple[list[Seen], int] | None = None
         #: node order -> (node version, weighted score) for node-local scorers
         self.scores: dict[int, tuple[int, float]] = {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from gateway_rows import NO_REDIS, Rows
 from contract.messages import EventBatch, KernelEvent, KernelReport, NodeInfo, WireApp
 from gateway.db.engine import SessionFactory
 from gateway.db.models import Endpoint, Kernel, Node, Session
+from gateway.domain.retry import Backoff
 from gateway.domain.status import KernelStatus, SessionStatus
 from gateway.loops.events import EventHandler
 from plugins.resources import ResourceSlots
@@ -603,3 +605,146 @@ async def test_a_preempted_session_queues_again_however_its_kernels_end(
     ] * size
     assert await rows.history() == ["PENDING"]
     assert await rows.cpus_taken() == "0"
+
+
+SLURM_SAID = "Slurm did not start job 7 within 30s (PENDING, Resources); it was cancelled"
+
+
+def deferred(ts: float, kernel: str = "s1-k0", **more: Any) -> KernelEvent:
+    fields: dict[str, Any] = {"message": SLURM_SAID, "deferred": True, "attempt": 1} | more
+    return ev("start_failed", ts, kernel, **fields)
+
+
+@pytest.mark.parametrize("status", [S.SCHEDULED, S.PREPARING])
+async def test_a_deferred_start_places_the_session_again_after_a_backoff(
+    db: SessionFactory, rows: Rows, status: S
+) -> None:
+    """The runtime could not start it now (Slurm kept its job waiting): the session waits
+    again, as attempt 2, with the runtime's words as its reason and in its history, its
+    allocation back on n1, not before the backoff (``starts_at``); it is no retry."""
+    await rows.node("n1", kernels=1)
+    await rows.session(status, [(K(status.lower()), "n1")], resource_group="default")
+    handler = EventHandler(db, NO_REDIS, Backoff(base_s=5.0, max_s=60.0))
+    before = time.time()
+    outbox = await handler.commit(EventBatch(events=[deferred(before)]))
+    after = time.time()
+    session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
+    assert (session.status, session.retries, session.exit_code) == (S.PENDING, 0, None)
+    assert session.pending_reason.startswith(f"{SLURM_SAID} (on n1); placed again from ")
+    assert session.lost_node is None  # not a node loss: the placement says "placed on"
+    assert await rows.history_entries() == [(status.value, "PENDING", session.pending_reason)]
+    assert (kernel.status, kernel.attempt, kernel.node_id) == (K.PENDING, 2, None)
+    assert (kernel.ended_at, kernel.slots, kernel.released) == (None, {}, True)
+    assert await rows.cpus_taken() == "0"
+    assert session.starts_at is not None  # base_s * 2**(attempt 1 - 1) from now
+    assert before + 5.0 - 1.0 <= _utc(session.starts_at).timestamp() <= after + 5.0 + 1.0
+    assert outbox.stops == []  # nothing of it runs on n1
+    assert outbox.schedule == {"default"}
+    assert [e["status"] for _, e in outbox.live] == ["PENDING"]
+    # its repeat (a tombstone sent again) is of attempt 1: fenced off, changes nothing
+    await handler.commit(EventBatch(events=[deferred(time.time())]))
+    kernel = await rows.one(Kernel, "s1-k0")
+    assert (kernel.status, kernel.attempt) == (K.PENDING, 2)
+    assert await rows.history() == ["PENDING"]
+
+
+async def test_the_wait_doubles_with_each_attempt_up_to_the_ceiling(
+    db: SessionFactory, rows: Rows
+) -> None:
+    await rows.node("n1", kernels=1)
+    await rows.session(S.SCHEDULED, [(K.SCHEDULED, "n1")])
+    async with db() as s, s.begin():
+        kernel = await s.get(Kernel, "s1-k0")
+        assert kernel is not None
+        kernel.attempt = 4
+    handler = EventHandler(db, NO_REDIS, Backoff(base_s=5.0, max_s=30.0))
+    before = time.time()
+    await handler.commit(EventBatch(events=[deferred(before, attempt=4)]))
+    after = time.time()
+    session = await rows.one(Session, "s1")
+    assert session.starts_at is not None  # 5 * 2**3 = 40s, capped at 30s
+    assert before + 30.0 - 1.0 <= _utc(session.starts_at).timestamp() <= after + 30.0 + 1.0
+    assert (await rows.one(Kernel, "s1-k0")).attempt == 5
+
+
+async def test_a_deferred_start_of_a_moved_attempt_changes_nothing(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """Attempt 2 runs on n2; n1's late deferral of attempt 1 is stale."""
+    await rows.node("n1")
+    await rows.node("n2", kernels=1)
+    await rows.session(S.RUNNING, [(K.RUNNING, "n2")])
+    async with db() as s, s.begin():
+        kernel = await s.get(Kernel, "s1-k0")
+        assert kernel is not None
+        kernel.attempt = 2
+    await EventHandler(db, NO_REDIS).commit(EventBatch(events=[deferred(time.time())]))
+    session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
+    assert (session.status, kernel.status, kernel.attempt, kernel.node_id) == (
+        S.RUNNING,
+        K.RUNNING,
+        2,
+        "n2",
+    )
+    assert await rows.history() == []
+    assert await rows.cpus_taken("n2") == "1"
+
+
+async def test_a_deferred_start_of_a_session_asked_to_stop_is_cancelled(
+    db: SessionFactory, rows: Rows
+) -> None:
+    await rows.node("n1", kernels=1)
+    await rows.session(S.TERMINATING, [(K.PREPARING, "n1")], status_reason="cancelled by alice")
+    outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(events=[deferred(time.time())]))
+    session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
+    assert (session.status, session.status_reason) == (
+        S.CANCELLED,
+        f"cancelled by alice; {SLURM_SAID}",
+    )
+    assert (kernel.status, kernel.attempt) == (K.CANCELLED, 1)
+    assert await rows.history() == ["CANCELLED"]
+    assert await rows.cpus_taken() == "0"
+    assert (session.starts_at, outbox.stops) == (None, [])
+
+
+async def test_a_deferred_start_places_a_whole_cluster_session_again(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """main1 on n1 could not start now; sub1 runs on n2: both wait again as attempt 2,
+    sub1's attempt 1 is stopped on n2 (that attempt only), both allocations are back, and
+    n2's late "exited" of attempt 1 changes nothing."""
+    await rows.node("n1", kernels=1)
+    await rows.node("n2", kernels=1)
+    await rows.session(S.PREPARING, [(K.PREPARING, "n1"), (K.RUNNING, "n2")])
+    handler = EventHandler(db, NO_REDIS)
+    outbox = await handler.commit(EventBatch(events=[deferred(time.time())]))
+    session = await rows.one(Session, "s1")
+    assert session.status == S.PENDING
+    kernels = [await rows.one(Kernel, k) for k in ("s1-k0", "s1-k1")]
+    assert [(k.status, k.attempt, k.node_id) for k in kernels] == [(K.PENDING, 2, None)] * 2
+    assert (await rows.cpus_taken("n1"), await rows.cpus_taken("n2")) == ("0", "0")
+    assert [(q, j.kernel_id, j.attempt) for q, j in outbox.stops] == [
+        ("jobgate:node:n2", "s1-k1", 1)
+    ]
+    stopped = ev("exited", time.time(), "s1-k1", node_id="n2", exit_code=143, attempt=1)
+    await handler.commit(EventBatch(events=[stopped]))
+    assert (await rows.one(Session, "s1")).status == S.PENDING
+    assert (await rows.one(Kernel, "s1-k1")).status == K.PENDING
+
+
+async def test_a_start_failure_that_is_not_deferred_still_ends_the_session_error(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """sbatch refused the job: final, in Slurm's words."""
+    await rows.node("n1", kernels=1)
+    await rows.session(S.PREPARING, [(K.PREPARING, "n1")])
+    refused = "Slurm refused the job: Memory specification can not be satisfied"
+    batch = [ev("start_failed", time.time(), message=refused, attempt=1)]
+    await EventHandler(db, NO_REDIS).commit(EventBatch(events=batch))
+    session = await rows.one(Session, "s1")
+    assert (session.status, session.status_reason, session.starts_at) == (S.ERROR, refused, None)
+    assert (await rows.one(Kernel, "s1-k0")).attempt == 1
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from sim_agent import sim_agent
 
 from contract.messages import StartKernel, StopKernel
+from plugins.runtimes.base import KernelHandle, KernelSpec, RuntimeFailure, StartDeferred
 from workers.state import attempt_ref, parse_ref
 
 
@@ -69,3 +71,38 @@ async def test_a_later_attempt_runs_here_despite_the_first_one_s_tombstone(
     for task in list(agent.tasks):
         task.cancel()
     await asyncio.gather(*agent.tasks, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("failure", "deferred"),
+    [
+        pytest.param(StartDeferred("Slurm did not start job 7 within 30s"), True, id="deferred"),
+        pytest.param(RuntimeFailure("Slurm refused the job: no"), False, id="refused"),
+    ],
+)
+async def test_a_start_the_runtime_defers_is_reported_deferred(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: RuntimeFailure, deferred: bool
+) -> None:
+    """StartDeferred ("not now") is a ``start_failed`` marked ``deferred``, which the
+    gateway places again; any other RuntimeFailure is not. The end is kept in the
+    attempt's tombstone either way (sent again with the next registration)."""
+    agent, recorder = sim_agent(tmp_path)
+
+    async def refuse(spec: KernelSpec) -> KernelHandle:
+        raise failure
+
+    monkeypatch.setattr(agent.runtime, "start", refuse)
+    agent.start(_start(3))
+    for _ in range(200):
+        if agent.services.store.is_done("k1.a3"):
+            break
+        await asyncio.sleep(0.01)
+    last = recorder.events[-1]
+    assert (last.kind, last.attempt, last.message, last.deferred) == (
+        "start_failed",
+        3,
+        str(failure),
+        deferred,
+    )
+    _, endings = await agent.registration()
+    assert endings == [last]

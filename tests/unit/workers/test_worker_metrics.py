@@ -28,6 +28,7 @@ def event(kind: str, **fields: Any) -> KernelEvent:
         pytest.param(event("progress", message="pulling"), None, None, id="progress"),
         pytest.param(event("running"), "started", None, id="running-is-a-start"),
         pytest.param(event("start_failed"), "failed", None, id="start-failed"),
+        pytest.param(event("start_failed", deferred=True), "deferred", None, id="deferred"),
         pytest.param(event("not_started"), "cancelled", None, id="stopped-before-start"),
         pytest.param(event("exited", exit_code=0), None, "succeeded", id="exit-0"),
         pytest.param(event("exited", exit_code=3), None, "failed", id="exit-3"),
@@ -113,7 +114,7 @@ def test_gauges_are_read_from_the_nodes_when_scraped() -> None:
 def test_counters_start_at_zero_and_count_outcomes_events_and_bytes() -> None:
     metrics = WorkerMetrics(dict)
     got = samples(metrics)
-    for outcome in ("started", "failed", "cancelled"):
+    for outcome in ("started", "failed", "deferred", "cancelled"):
         assert got["jobgate_worker_kernel_starts_total", (("outcome", outcome),)] == 0
     for outcome in ("succeeded", "failed", "stopped", "oom_killed", "lost"):
         assert got["jobgate_worker_kernel_exits_total", (("outcome", outcome),)] == 0
