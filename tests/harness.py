@@ -51,7 +51,39 @@ class WorkerHandle:
 
     async def close(self) -> None:
         self.stop.set()
-        await asyncio.wait_for(self.task, 60)
+        done, _ = await asyncio.wait({self.task}, timeout=60)
+        if not done:
+            # a worker that has not stopped a minute after it was asked: cancelling it
+            # leaves its connections to the garbage collector (pyproject's filterwarnings);
+            # where it waited goes to the run's artefacts for whoever hunts that hang
+            _note_hung_worker(self.settings.node_id, self.task)
+            self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if not done:
+            raise TimeoutError(f"worker {self.settings.node_id} did not stop within 60 s")
+        self.task.result()
+
+
+def _note_hung_worker(node_id: str, task: asyncio.Task[None]) -> None:
+    """Append where a hung worker's task waits to ``$JOBGATE_TEST_ARTIFACTS/hung-workers.txt``
+    (kept after the run, as the console's screenshots are), naming the test."""
+    folder = os.environ.get("JOBGATE_TEST_ARTIFACTS")
+    if not folder:
+        return
+    where = []
+    step: Any = task.get_coro()
+    while step is not None:  # down the chain of awaits to what it waits on
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            where.append(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with (Path(folder) / "hung-workers.txt").open("a") as out:
+        out.write(
+            f"== {test}: worker {node_id} did not stop within 60 s\n" + "\n".join(where) + "\n"
+        )
 
 
 def kill_keeper(state_dir: Path) -> None:
