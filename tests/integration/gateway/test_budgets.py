@@ -168,6 +168,10 @@ async def test_a_member_sub_limit_holds_that_member_only(stack: Stack) -> None:
         "ml-a",
         "--period",
         "week",
+        # the last 7 days: a calendar week begun in the last two hours (Monday 00:00-02:00
+        # UTC) would hold only part of the usage below, and alice would not be spent
+        "--window",
+        "rolling",
         "--limit",
         "cpu=100",
         "--member",
