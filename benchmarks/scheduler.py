@@ -193,6 +193,16 @@ def finish(running: list[Running], nodes: dict[str, SimNode]) -> list[Running]:
     return still
 
 
+def still_pending(pending: list[SessionRequest], result: Plan) -> list[SessionRequest]:
+    """The sessions left waiting after *result*, as the gateway keeps them: each counts
+    the passes in a row it did not fit."""
+    return [
+        replace(s, attempts=s.attempts + 1) if result.codes[s.id] in DID_NOT_FIT else s
+        for s in pending
+        if s.id in result.waiting
+    ]
+
+
 def build(args: argparse.Namespace, now: datetime) -> tuple[list[SimNode], list[SessionRequest]]:
     rng = random.Random(args.seed)
     kinds = {
@@ -247,12 +257,7 @@ def main() -> None:
             + (f" ({empty} without reason!)" if empty else ""),
             file=sys.stderr,
         )
-        # the gateway's bookkeeping: count passes in a row a session did not fit
-        pending = [
-            replace(s, attempts=s.attempts + 1) if result.codes[s.id] in DID_NOT_FIT else s
-            for s in pending
-            if s.id in result.waiting
-        ]
+        pending = still_pending(pending, result)
         if not pending or (not result.placements and not running):
             break
         running = finish(running, nodes)

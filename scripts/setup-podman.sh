@@ -45,22 +45,10 @@ esac
 [[ $CGROUP_PARENT =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad JOBGATE_PODMAN_CGROUP_PARENT: $CGROUP_PARENT"
 
 # -- 1. packages -----------------------------------------------------------------------
-install_packages() {
-    local missing=() pkg
-    for pkg in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-            || missing+=("$pkg")
-    done
-    [[ ${#missing[@]} -eq 0 ]] && return
-    say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    # runc is named explicitly so apt picks it for podman's "crun | runc" (crun 1.8
-    # refuses rootless containers on hybrid cgroups).
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
-        apt-get update -q >/dev/null
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-    }
-}
+# runc is named in PACKAGES so apt picks it for podman's "crun | runc" (crun 1.8
+# refuses rootless containers on hybrid cgroups).
+# shellcheck source=scripts/apt.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/apt.sh"
 
 # -- 2. user and sub-ids -----------------------------------------------------------------
 next_subid_start() {  # first id after every range already given out in $1
@@ -262,7 +250,7 @@ start_service() {
     die "podman service did not answer on $SOCKET within 10 s"
 }
 
-install_packages
+install_missing "${PACKAGES[@]}"
 ensure_user
 USER_UID=$(id -u "$USER_NAME")
 USER_GID=$(id -g "$USER_NAME")

@@ -69,20 +69,8 @@ node_addr() { echo "$NET.$((10 + $1))"; }  # node index (1, 2) -> its address
 netns_of() { echo "jgslurm-$1"; }
 
 # -- 1. packages -----------------------------------------------------------------------
-install_packages() {
-    local missing=() pkg
-    for pkg in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-            || missing+=("$pkg")
-    done
-    [[ ${#missing[@]} -eq 0 ]] && return
-    say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
-        apt-get update -q >/dev/null
-        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-    }
-}
+# shellcheck source=scripts/apt.sh
+source "$ROOT/scripts/apt.sh"
 
 # -- 2. network ----------------------------------------------------------------------------
 ensure_network() {
@@ -395,7 +383,7 @@ if [[ $MODE == stop ]]; then
     exit 0
 fi
 
-install_packages
+install_missing "${PACKAGES[@]}"
 if [[ -f $CONF ]] && running 2>/dev/null && configure && [[ $CONFIG_CHANGED == 0 ]]; then
     say "slurm cluster already running"
 else

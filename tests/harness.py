@@ -226,10 +226,17 @@ class Stack:
         return handle
 
     async def start_worker_process(
-        self, node_id: str = "n1", enter: Sequence[str] = (), **env: str
+        self,
+        node_id: str = "n1",
+        enter: Sequence[str] = (),
+        args: Sequence[str] = (),
+        nodes: set[str] | None = None,
+        **env: str,
     ) -> WorkerProcess:
-        """A worker in its own process (settings as JOBGATE_* variables in *env*), run
-        through the argv prefix *enter* (``ip netns exec NS``: tests/partition.py)."""
+        """A worker in its own process (settings as JOBGATE_* variables in *env*, more
+        ``jobgate worker run`` options in *args*), run through the argv prefix *enter*
+        (``ip netns exec NS``: tests/partition.py), once the *nodes* it attaches (just
+        *node_id* by default; a Slurm host's are its Slurm nodes) registered."""
         values = {
             "JOBGATE_REDIS_URL": self.redis_url,
             "JOBGATE_GATEWAY_URL": self.url,
@@ -252,6 +259,7 @@ class Stack:
                 "jobgate",
                 "worker",
                 "run",
+                *args,
                 env=os.environ | values,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
@@ -259,7 +267,7 @@ class Stack:
         handle = WorkerProcess(proc, log_path, self.tmp / "worker" / node_id)
         self.processes.append(handle)
         try:
-            await self.wait_nodes({node_id})
+            await self.wait_nodes(nodes or {node_id})
         except AssertionError:
             raise AssertionError(f"worker {node_id} did not register:\n{handle.log()}") from None
         return handle

@@ -42,11 +42,11 @@ from plugins.runtimes.base import (
     RuntimeFailure,
     RuntimeInfo,
 )
+from plugins.runtimes.outfiles import tail_output, write_notice
 from plugins.runtimes.shim import FENCED
 
 __all__ = ["ProcessRuntime"]
 
-_STREAMS = ("stdout", "stderr")
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 
 
@@ -227,38 +227,19 @@ class ProcessRuntime:
 
     async def logs(self, handle: KernelHandle, offsets: dict[str, int]) -> AsyncIterator[LogChunk]:
         kdir = self._kdir(handle.kernel_id)
-        positions = {s: int(offsets.get(s, 0)) for s in _STREAMS}
-        with contextlib.ExitStack() as stack:
-            files = {}
-            for stream in _STREAMS:
-                (kdir / stream).touch(exist_ok=True)
-                # local files, read in small pieces: not worth a thread per read
-                files[stream] = stack.enter_context(open(kdir / stream, "rb"))  # noqa: ASYNC230
-                files[stream].seek(positions[stream])
-            while True:
-                finished = (kdir / "exit").exists() or not _alive(int(handle.ref))
-                got = False
-                for stream, fh in files.items():
-                    data = fh.read(self.settings.read_size)
-                    if data:
-                        got = True
-                        yield LogChunk(stream, positions[stream], data)  # type: ignore[arg-type]
-                        positions[stream] += len(data)
-                if not got:
-                    if finished:
-                        return
-                    await asyncio.sleep(self.settings.poll_interval_s)
+        pid = int(handle.ref)
+        async for chunk in tail_output(
+            kdir,
+            offsets,
+            self.settings.read_size,
+            lambda: (kdir / "exit").exists() or not _alive(pid),
+            lambda: asyncio.sleep(self.settings.poll_interval_s),
+        ):
+            yield chunk
 
     async def write_notice(self, handle: KernelHandle, name: str, text: str) -> None:
         """Into ``$HOME/.jobgate`` (the kernel's own work directory), atomically."""
-        notices = self._kdir(handle.kernel_id) / "work" / ".jobgate"
-        try:
-            notices.mkdir(parents=True, exist_ok=True)
-            partial = notices / f".{name}.part"
-            partial.write_text(text)
-            partial.replace(notices / name)
-        except OSError as exc:
-            raise RuntimeFailure(f"writing the notice {name}: {exc}") from exc
+        write_notice(self._kdir(handle.kernel_id) / "work", name, text)
 
     async def stop(self, handle: KernelHandle, grace: float) -> None:
         kdir = self._kdir(handle.kernel_id)

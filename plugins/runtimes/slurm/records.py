@@ -168,8 +168,23 @@ def parse_node(line: str) -> SlurmNode:
     )
 
 
+class _JobState:
+    """``active`` and ``waiting`` from a job's Slurm state (its ``state`` field)."""
+
+    __slots__ = ()
+    state: str
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def waiting(self) -> bool:
+        return self.state in WAITING_STATES
+
+
 @dataclass(frozen=True, slots=True)
-class JobRecord:
+class JobRecord(_JobState):
     """A job as ``scontrol show job -o`` (or a jobcomp/filetxt line) describes it."""
 
     job_id: str
@@ -183,14 +198,6 @@ class JobRecord:
     start_time: float | None = None
     end_time: float | None = None
     raw: dict[str, str] = field(default_factory=dict, repr=False)
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-    @property
-    def waiting(self) -> bool:
-        return self.state in WAITING_STATES
 
 
 def _exit(text: str) -> tuple[int, int]:
@@ -232,7 +239,7 @@ def parse_jobcomp(text: str, job_id: str) -> JobRecord | None:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueEntry:
+class QueueEntry(_JobState):
     """One line of ``squeue --noheader -o SQUEUE_FORMAT``."""
 
     job_id: str
@@ -242,14 +249,6 @@ class QueueEntry:
     requested_nodes: str
     comment: str
     reason: str
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
-    @property
-    def waiting(self) -> bool:
-        return self.state in WAITING_STATES
 
 
 def parse_squeue(text: str) -> list[QueueEntry]:

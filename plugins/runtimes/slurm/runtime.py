@@ -58,6 +58,7 @@ from plugins.runtimes.base import (
     RuntimeInfo,
     StartDeferred,
 )
+from plugins.runtimes.outfiles import tail_output, write_notice
 from plugins.runtimes.slurm.cli import SlurmCli, SlurmRefused, SlurmUnavailable, current_user
 from plugins.runtimes.slurm.records import JobRecord, SlurmNode, parse_jobcomp
 
@@ -66,7 +67,6 @@ __all__ = ["JOB_PREFIX", "SlurmRuntime", "SlurmSettings", "exit_status"]
 log = logging.getLogger(__name__)
 
 JOB_PREFIX = "jobgate-"
-_STREAMS = ("stdout", "stderr")
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -377,42 +377,20 @@ class SlurmRuntime:
             self._ended_event(handle.kernel_id).set()
 
     async def logs(self, handle: KernelHandle, offsets: dict[str, int]) -> AsyncIterator[LogChunk]:
-        kdir = self._kdir(handle.kernel_id)
         ended = self._ended_event(handle.kernel_id)
-        positions = {s: int(offsets.get(s, 0)) for s in _STREAMS}
-        with contextlib.ExitStack() as stack:
-            files = {}
-            for stream in _STREAMS:
-                (kdir / stream).touch(exist_ok=True)
-                # files on a shared filesystem, read in small pieces as the process runtime does
-                files[stream] = stack.enter_context(open(kdir / stream, "rb"))  # noqa: ASYNC230
-                files[stream].seek(positions[stream])
-            while True:
-                finished = ended.is_set()  # before reading: what it wrote is there by now
-                got = False
-                for stream, fh in files.items():
-                    data = fh.read(self.settings.read_size)
-                    if data:
-                        got = True
-                        yield LogChunk(stream, positions[stream], data)  # type: ignore[arg-type]
-                        positions[stream] += len(data)
-                if not got:
-                    if finished:
-                        return
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(
-                            ended.wait(), min(self.settings.poll_interval_s, 0.2)
-                        )
+
+        async def idle() -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), min(self.settings.poll_interval_s, 0.2))
+
+        # files on the file system the nodes share
+        async for chunk in tail_output(
+            self._kdir(handle.kernel_id), offsets, self.settings.read_size, ended.is_set, idle
+        ):
+            yield chunk
 
     async def write_notice(self, handle: KernelHandle, name: str, text: str) -> None:
-        notices = self._kdir(handle.kernel_id) / "work" / ".jobgate"
-        try:
-            notices.mkdir(parents=True, exist_ok=True)
-            partial = notices / f".{name}.part"
-            partial.write_text(text)
-            partial.replace(notices / name)
-        except OSError as exc:
-            raise RuntimeFailure(f"writing the notice {name}: {exc}") from exc
+        write_notice(self._kdir(handle.kernel_id) / "work", name, text)
 
     async def stop(self, handle: KernelHandle, grace: float) -> None:
         """SIGTERM to the batch script and its steps, *grace* seconds, then scancel."""

@@ -4,16 +4,14 @@ cluster of scripts/setup-slurm.sh: jobgate queues and decides, Slurm runs."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import NODE_TOKEN, Stack, WorkerProcess
+from harness import Stack, WorkerProcess
 from waiting import until
 
 NODES = {"node1", "node2"}
@@ -33,42 +31,15 @@ async def slurm_stack(stack: Stack, slurm_conf: Path, jobcomp_file: Path) -> Asy
 async def start_slurm_worker(
     stack: Stack, slurm_conf: Path, jobcomp_file: Path, **more: str
 ) -> WorkerProcess:
-    env = more | {
-        "JOBGATE_REDIS_URL": stack.redis_url,
-        "JOBGATE_GATEWAY_URL": stack.url,
-        "JOBGATE_NODE_TOKEN": NODE_TOKEN,
-        "JOBGATE_DATA_DIR": str(stack.tmp),
-        "JOBGATE_NODE_ID": "slurmhost",
-        "JOBGATE_HEARTBEAT_INTERVAL_S": "0.5",
-        "JOBGATE_HEARTBEAT_TTL_S": "3",
-        "JOBGATE_STOP_GRACE_S": "2",
-        "JOBGATE_SLURM_POLL_INTERVAL_S": "0.3",
-        "JOBGATE_SLURM_JOBCOMP_FILE": str(jobcomp_file),
-        "SLURM_CONF": str(slurm_conf),
-    }
-    log_path = stack.tmp / "worker-slurm.log"
-    with log_path.open("ab") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "jobgate",
-            "worker",
-            "run",
-            "--runtime",
-            "slurm",
-            "--partition",
-            "debug",
-            env=os.environ | env,
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-    worker = WorkerProcess(proc, log_path, stack.tmp / "worker" / "slurmhost")
-    stack.processes.append(worker)  # terminated by the stack
-    try:
-        await stack.wait_nodes(NODES)
-    except AssertionError:
-        raise AssertionError(f"the Slurm nodes did not register:\n{worker.log()}") from None
-    return worker
+    return await stack.start_worker_process(
+        "slurmhost",
+        args=("--runtime", "slurm", "--partition", "debug"),
+        nodes=NODES,
+        JOBGATE_SLURM_POLL_INTERVAL_S="0.3",
+        JOBGATE_SLURM_JOBCOMP_FILE=str(jobcomp_file),
+        SLURM_CONF=str(slurm_conf),
+        **more,
+    )
 
 
 async def jobgate_jobs(kernel_id: str | None = None) -> list[str]:

@@ -21,7 +21,7 @@ from gateway.db.engine import SessionFactory
 from gateway.db.models import Endpoint, Kernel, Node, Session
 from gateway.domain.retry import Backoff
 from gateway.domain.status import KernelStatus, SessionStatus
-from gateway.loops.events import EventHandler
+from gateway.loops.events import EventHandler, only_from
 from plugins.resources import ResourceSlots
 
 S = SessionStatus
@@ -502,6 +502,12 @@ FENCED = [
     pytest.param([ev("lost", 5, attempt=1)], [], [], id="late-lost-of-attempt-1"),
     pytest.param([ev("running", 5, attempt=1)], [("n1", 1)], [], id="attempt-1-still-runs"),
     pytest.param([ev("preparing", 5, attempt=1)], [("n1", 1)], [], id="attempt-1-late-start"),
+    pytest.param(
+        [ev("start_failed", 5, message="Slurm did not start it", deferred=True, attempt=1)],
+        [],
+        [],
+        id="late-deferral-of-attempt-1",
+    ),
 ]
 
 
@@ -526,7 +532,12 @@ async def test_events_of_a_superseded_attempt_are_fenced_off(
     outbox = await EventHandler(db, NO_REDIS).commit(EventBatch(events=events))
     await EventHandler(db, NO_REDIS).commit(EventBatch(events=events))  # a repeat: the same
     session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
-    assert (session.status, kernel.status, kernel.node_id) == (S.RUNNING, K.RUNNING, "n2")
+    assert (session.status, kernel.status, kernel.attempt, kernel.node_id) == (
+        S.RUNNING,
+        K.RUNNING,
+        2,
+        "n2",
+    )
     assert await rows.history_entries() == [("RUNNING", "RUNNING", note) for note in notes]
     assert await rows.cpus_taken("n2") == "1"
     assert [(job.node_id, job.attempt) for _, job in outbox.stops] == stops
@@ -648,6 +659,27 @@ async def test_a_deferred_start_places_the_session_again_after_a_backoff(
     assert await rows.history() == ["PENDING"]
 
 
+async def test_another_node_cannot_defer_a_session_placed_elsewhere(
+    db: SessionFactory, rows: Rows
+) -> None:
+    """A deferral is a node's word on its own kernels only: n2 (its credential stolen,
+    say) cannot send a session placed on n1 back to the queue."""
+    await rows.node("n1", kernels=1)
+    await rows.node("n2")
+    await rows.session(S.PREPARING, [(K.PREPARING, "n1")])
+    batch = only_from(EventBatch(events=[deferred(time.time(), node_id="n2")]), "n2")
+    await EventHandler(db, NO_REDIS).commit(batch)
+    session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
+    assert (session.status, kernel.status, kernel.attempt, kernel.node_id) == (
+        S.PREPARING,
+        K.PREPARING,
+        1,
+        "n1",
+    )
+    assert await rows.history() == []
+    assert await rows.cpus_taken("n1") == "1"
+
+
 async def test_the_wait_doubles_with_each_attempt_up_to_the_ceiling(
     db: SessionFactory, rows: Rows
 ) -> None:
@@ -665,29 +697,6 @@ async def test_the_wait_doubles_with_each_attempt_up_to_the_ceiling(
     assert session.starts_at is not None  # 5 * 2**3 = 40s, capped at 30s
     assert before + 30.0 - 1.0 <= _utc(session.starts_at).timestamp() <= after + 30.0 + 1.0
     assert (await rows.one(Kernel, "s1-k0")).attempt == 5
-
-
-async def test_a_deferred_start_of_a_moved_attempt_changes_nothing(
-    db: SessionFactory, rows: Rows
-) -> None:
-    """Attempt 2 runs on n2; n1's late deferral of attempt 1 is stale."""
-    await rows.node("n1")
-    await rows.node("n2", kernels=1)
-    await rows.session(S.RUNNING, [(K.RUNNING, "n2")])
-    async with db() as s, s.begin():
-        kernel = await s.get(Kernel, "s1-k0")
-        assert kernel is not None
-        kernel.attempt = 2
-    await EventHandler(db, NO_REDIS).commit(EventBatch(events=[deferred(time.time())]))
-    session, kernel = await rows.one(Session, "s1"), await rows.one(Kernel, "s1-k0")
-    assert (session.status, kernel.status, kernel.attempt, kernel.node_id) == (
-        S.RUNNING,
-        K.RUNNING,
-        2,
-        "n2",
-    )
-    assert await rows.history() == []
-    assert await rows.cpus_taken("n2") == "1"
 
 
 async def test_a_deferred_start_of_a_session_asked_to_stop_is_cancelled(

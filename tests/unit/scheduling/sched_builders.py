@@ -5,11 +5,14 @@ Times are seconds after ``NOW - 1h`` so that "older" reads as a smaller number.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import textwrap
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from plugins.resources import ResourceSlots
@@ -152,3 +155,18 @@ def install_plugin_package(
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n")
     lines = "\n".join(f"{name} = {target}" for name, target in entry_points.items())
     (info / "entry_points.txt").write_text(f"[jobgate.schedulers.v1]\n{lines}\n")
+
+
+def bench_scheduler() -> ModuleType:
+    """``benchmarks/scheduler.py``, the simulated cluster the benchmark plans for, as a
+    module (loaded once: its dataclasses look their module up)."""
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "scheduler.py"
+    spec = importlib.util.spec_from_file_location("_bench_scheduler", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module

@@ -16,19 +16,15 @@ every sequencer, scorer set, sample size and scan) and on the benchmark's cluste
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
-import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from types import ModuleType
 from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from pydantic import BaseModel
-from sched_builders import node, session, snapshot
+from sched_builders import bench_scheduler, node, session, snapshot
 from test_sched_properties import snapshots
 
 from plugins.scheduling import planner
@@ -36,13 +32,11 @@ from plugins.scheduling.config import SchedulerConfig
 from plugins.scheduling.filters import NoSettings
 from plugins.scheduling.pipeline import pipeline_for
 from plugins.scheduling.planner import _Pass, plan
-from plugins.scheduling.reasons import DID_NOT_FIT, Rejection
+from plugins.scheduling.reasons import Rejection
 from plugins.scheduling.search import Search
 from plugins.scheduling.shapes import Shapes, signature
 from plugins.scheduling.state import NodeView, Shape
 from plugins.scheduling.types import Plan, SessionRequest, Snapshot
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 class FreshSearch(Search):
@@ -101,17 +95,6 @@ def test_cached_plans_equal_fresh_ones(snap: Snapshot) -> None:
         assert plan(snap) == fresh_plan(snap, monkeypatch)
 
 
-def _simulator() -> ModuleType:
-    path = ROOT / "benchmarks" / "scheduler.py"
-    spec = importlib.util.spec_from_file_location("_bench_scheduler_caches", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("mix", "config"),
     [
@@ -124,7 +107,7 @@ def test_cached_plans_equal_fresh_ones_pass_after_pass(
     mix: str, config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The benchmark's cluster, small: nodes fill up, sessions finish, passes resume."""
-    sim = _simulator()
+    sim = bench_scheduler()
     args = argparse.Namespace(mix=mix, nodes=40, sessions=600, seed=3)
     now = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
     sim_nodes, pending = sim.build(args, now)
@@ -142,11 +125,7 @@ def test_cached_plans_equal_fresh_ones_pass_after_pass(
         assert result == fresh_plan(snap, monkeypatch)
         placed += len(result.placements)
         sim.apply(result, nodes, running, random.Random(number))
-        pending = [
-            replace(s, attempts=s.attempts + 1) if result.codes[s.id] in DID_NOT_FIT else s
-            for s in pending
-            if s.id in result.waiting
-        ]
+        pending = sim.still_pending(pending, result)
         running = sim.finish(running, nodes)
         now += timedelta(seconds=2)
     assert placed > 100

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import random
 import sys
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from sched_builders import bench_scheduler
 
 from plugins.scheduling.config import SchedulerConfig
 from plugins.scheduling.planner import plan
-from plugins.scheduling.reasons import DID_NOT_FIT
 from plugins.scheduling.types import KernelPlacement, Plan, Snapshot
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -51,19 +49,6 @@ SCENARIOS: dict[str, tuple[str, int, int, dict[str, Any]]] = {
 }
 
 
-def _simulator() -> ModuleType:
-    path = ROOT / "benchmarks" / "scheduler.py"
-    spec = importlib.util.spec_from_file_location("_bench_scheduler", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = sys.modules.get(spec.name)
-    if module is None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    return module
-
-
 def _kernel(k: KernelPlacement) -> str:
     devices = sorted((s, sorted((d, str(a)) for d, a in m.items())) for s, m in k.devices.items())
     return f"{k.node_id}|{sorted((s, str(v)) for s, v in k.slots.items())}|{devices}|{k.cpuset}"
@@ -78,7 +63,7 @@ def _digest(result: Plan) -> str:
 
 def run(name: str, passes: int = 4) -> list[str]:
     """The digest of each pass's plan for scenario *name*."""
-    sim = _simulator()
+    sim = bench_scheduler()
     mix, nodes_n, sessions_n, config_json = SCENARIOS[name]
     args = argparse.Namespace(mix=mix, nodes=nodes_n, sessions=sessions_n, seed=7)
     now = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
@@ -93,11 +78,7 @@ def run(name: str, passes: int = 4) -> list[str]:
         digests.append(_digest(result))
         assert sim.apply(result, nodes, running, random.Random(7 + number)) == 0
         assert sim.overcommitted(sim_nodes) == 0
-        pending = [
-            replace(s, attempts=s.attempts + 1) if result.codes[s.id] in DID_NOT_FIT else s
-            for s in pending
-            if s.id in result.waiting
-        ]
+        pending = sim.still_pending(pending, result)
         running = sim.finish(running, nodes)
         now += timedelta(seconds=2)
     return digests
